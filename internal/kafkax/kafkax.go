@@ -1,0 +1,230 @@
+// Package kafkax is harnessflow's Kafka wiring: topic creation, writer and reader
+// settings with every default made explicit (STYLE.md §4), and the embedded
+// Kafka-protocol broker (kfake with a data dir).
+package kafkax
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/segmentio/kafka-go"
+
+	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
+)
+
+// ParseBrokers splits a comma-separated broker list and drops empty entries.
+func ParseBrokers(s string) []string {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// ErrNoBrokers is returned when a component is given no broker address.
+var ErrNoBrokers = errors.New("no Kafka brokers given: pass --brokers host:port[,host:port] or set HF_BROKERS")
+
+// EnsureTopics creates every topic in defs that does not exist yet, capping the
+// replication factor at the number of brokers. It is idempotent and retries
+// transient failures (broker still starting) for up to 30 s.
+func EnsureTopics(ctx context.Context, brokers []string, defs []kafkatopics.Topic) error {
+	if len(brokers) == 0 {
+		return ErrNoBrokers
+	}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	op := func() error {
+		md, err := client.Metadata(ctx, &kafka.MetadataRequest{})
+		if err != nil {
+			return fmt.Errorf("metadata: %w", err)
+		}
+		existing := map[string]bool{}
+		for _, t := range md.Topics {
+			if t.Error == nil {
+				existing[t.Name] = true
+			}
+		}
+		nb := len(md.Brokers)
+		if nb < 1 {
+			nb = 1
+		}
+		var req kafka.CreateTopicsRequest
+		for _, d := range defs {
+			if existing[d.Name] {
+				continue
+			}
+			rf := d.ReplicationFactor
+			if rf > nb {
+				rf = nb
+			}
+			if rf < 1 {
+				rf = 1
+			}
+			tc := kafka.TopicConfig{Topic: d.Name, NumPartitions: d.Partitions, ReplicationFactor: rf}
+			for k, v := range d.Configs {
+				tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+			}
+			req.Topics = append(req.Topics, tc)
+		}
+		if len(req.Topics) == 0 {
+			return nil
+		}
+		resp, err := client.CreateTopics(ctx, &req)
+		if err != nil {
+			return fmt.Errorf("create topics: %w", err)
+		}
+		for name, terr := range resp.Errors {
+			if terr != nil && !errors.Is(terr, kafka.TopicAlreadyExists) {
+				return fmt.Errorf("create topic %s: %w", name, terr)
+			}
+		}
+		return nil
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = 2 * time.Second
+	b.MaxElapsedTime = 30 * time.Second
+	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+		return fmt.Errorf("ensure topics on %s: %w", strings.Join(brokers, ","), err)
+	}
+	return nil
+}
+
+// EnsureAllTopics applies every harnessflow topic definition (infra/kafka).
+func EnsureAllTopics(ctx context.Context, brokers []string) error {
+	return EnsureTopics(ctx, brokers, kafkatopics.All())
+}
+
+// WriterConfig holds the settings of a kafka-go Writer. Zero fields take the
+// defaults documented on each field; none inherits kafka-go's own defaults.
+type WriterConfig struct {
+	// Brokers to bootstrap from. Required.
+	Brokers []string
+	// Topic to write to; empty means each message names its topic.
+	Topic string
+	// BatchSize is the maximum messages per produce request. Default: 1000.
+	BatchSize int
+	// BatchBytes is the maximum bytes per produce request. Default: 4 MiB.
+	BatchBytes int64
+	// BatchTimeout flushes an incomplete batch after this long. Default: 5ms
+	// (kafka-go's 1 s default stalls synchronous writers).
+	BatchTimeout time.Duration
+	// WriteTimeout bounds one produce request. Default: 10s.
+	WriteTimeout time.Duration
+	// MaxAttempts is kafka-go's own per-batch retry count. Default: 3.
+	MaxAttempts int
+	// Async makes WriteMessages return before acknowledgement. Default: false.
+	Async bool
+	// Completion is called with each batch's outcome (async writers).
+	Completion func(messages []kafka.Message, err error)
+}
+
+func (c *WriterConfig) setDefaults() {
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = 4 << 20
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = 5 * time.Millisecond
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
+}
+
+// NewWriter returns a kafka-go Writer with every durability and batching setting
+// explicit: RequireAll acks, hash balancing by key (all of a cell's events on one
+// partition), no auto topic creation (EnsureTopics does that).
+func NewWriter(cfg WriterConfig) *kafka.Writer {
+	cfg.setDefaults()
+	return &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Topic:                  cfg.Topic,
+		Balancer:               &kafka.Hash{},
+		MaxAttempts:            cfg.MaxAttempts,
+		WriteBackoffMin:        50 * time.Millisecond,
+		WriteBackoffMax:        time.Second,
+		BatchSize:              cfg.BatchSize,
+		BatchBytes:             cfg.BatchBytes,
+		BatchTimeout:           cfg.BatchTimeout,
+		ReadTimeout:            cfg.WriteTimeout,
+		WriteTimeout:           cfg.WriteTimeout,
+		RequiredAcks:           kafka.RequireAll,
+		Async:                  cfg.Async,
+		Completion:             cfg.Completion,
+		Compression:            0,
+		AllowAutoTopicCreation: false,
+	}
+}
+
+// ReaderConfig returns a kafka-go ReaderConfig with explicit fetch settings. It
+// uses explicit commits (CommitInterval 0: CommitMessages is synchronous) and
+// starts a new group at the first offset.
+func ReaderConfig(brokers []string, group string, topics ...string) kafka.ReaderConfig {
+	rc := kafka.ReaderConfig{
+		Brokers:           brokers,
+		GroupID:           group,
+		MinBytes:          1,
+		MaxBytes:          8 << 20,
+		MaxWait:           100 * time.Millisecond,
+		ReadBatchTimeout:  5 * time.Second,
+		QueueCapacity:     1000,
+		CommitInterval:    0,
+		StartOffset:       kafka.FirstOffset,
+		HeartbeatInterval: time.Second,
+		SessionTimeout:    10 * time.Second,
+		RebalanceTimeout:  10 * time.Second,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ReadBackoffMin:    50 * time.Millisecond,
+		ReadBackoffMax:    500 * time.Millisecond,
+		MaxAttempts:       3,
+	}
+	if len(topics) == 1 {
+		rc.Topic = topics[0]
+	} else {
+		rc.GroupTopics = topics
+	}
+	if group == "" {
+		rc.GroupTopics = nil
+	}
+	return rc
+}
+
+// WaitReachable dials the first reachable broker, retrying until ctx ends or
+// timeout passes, and returns a clear error naming the addresses otherwise.
+func WaitReachable(ctx context.Context, brokers []string, timeout time.Duration) error {
+	if len(brokers) == 0 {
+		return ErrNoBrokers
+	}
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		for _, b := range brokers {
+			d := net.Dialer{Timeout: time.Second}
+			c, err := d.DialContext(ctx, "tcp", b)
+			if err == nil {
+				c.Close()
+				return nil
+			}
+			last = err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("no Kafka broker reachable at %s (is `harnessflow broker` or `harnessflow up` running?): %w", strings.Join(brokers, ","), last)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,33 @@
+// Package testenv starts the real parts harnessflow's tests run against: an
+// embedded Kafka-protocol broker (kfake) and, in clickhouse.go, a real
+// clickhouse-server. Nothing here mocks a protocol.
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+)
+
+// Kafka starts an embedded broker on a free loopback port with every harnessflow
+// topic created, and stops it when the test ends. It returns the broker.
+func Kafka(t testing.TB, dataDir ...string) *kafkax.Broker {
+	t.Helper()
+	cfg := kafkax.BrokerConfig{Listen: "127.0.0.1:0"}
+	if len(dataDir) > 0 {
+		cfg.DataDir = dataDir[0]
+	}
+	b, err := kafkax.StartBroker(cfg)
+	if err != nil {
+		t.Fatalf("start embedded broker: %v", err)
+	}
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}); err != nil {
+		t.Fatalf("create topics: %v", err)
+	}
+	return b
+}
