@@ -1,0 +1,75 @@
+// Command harnessflow is the one binary of harnessflow: one subcommand per
+// component (DESIGN.md §1). Run `harnessflow --help` for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries a process exit status through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+func (e *exitError) Unwrap() error { return e.err }
+
+// withCode wraps err so that main exits with code.
+func withCode(code int, err error) error { return &exitError{code: code, err: err} }
+
+// subcommands are registered by the cmd_*.go files' init functions.
+var subcommands []func() *cobra.Command
+
+func register(f func() *cobra.Command) { subcommands = append(subcommands, f) }
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "harnessflow",
+		Short: "Event-sourced streaming pipeline for self-evolving LLM agents",
+		Long: `harnessflow validates agent and benchmark events, scores every harness update
+against a paired baseline, labels it with its statistical evidence, computes the
+harness-updating and harness-benefit capabilities per round, writes every figure to
+ClickHouse and feeds labeled samples to a continuously running trainer.
+
+Every flag can also be set by an environment variable: HF_ plus the flag name in
+upper case with dashes as underscores (--brokers -> HF_BROKERS).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	for _, f := range subcommands {
+		root.AddCommand(f())
+	}
+	bindEnv(root)
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newRoot().ExecuteContext(ctx)
+	if err == nil {
+		return
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(os.Stderr, "harnessflow:", ee.err)
+		}
+		os.Exit(ee.code)
+	}
+	fmt.Fprintln(os.Stderr, "harnessflow:", err)
+	os.Exit(2)
+}
