@@ -35,6 +35,12 @@ var subcommands []func() *cobra.Command
 
 func register(f func() *cobra.Command) { subcommands = append(subcommands, f) }
 
+// benchSubcommands are the children of `harnessflow bench`, registered by the
+// cmd_bench_*.go files.
+var benchSubcommands []func() *cobra.Command
+
+func registerBench(f func() *cobra.Command) { benchSubcommands = append(benchSubcommands, f) }
+
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "harnessflow",
