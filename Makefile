@@ -1,7 +1,10 @@
 GO ?= go
 BIN := bin/harnessflow
 
-.PHONY: build test fuzz demo bench bench-produce vet
+.PHONY: build deps test fuzz demo bench bench-produce vet
+
+deps:
+	@bash infra/scripts/ensure-deps.sh
 
 build:
 	$(GO) build -o $(BIN) ./cmd/harnessflow
@@ -11,20 +14,21 @@ vet:
 
 # The README's test command: vet, the race-enabled suite, and a few seconds of
 # every fuzz target.
-test: vet
+test: deps vet
 	$(GO) test -race -shuffle=on -timeout 20m ./...
 	$(MAKE) fuzz
 
 FUZZTIME ?= 3s
+# Every Fuzz target of every package, FUZZTIME each (seed corpora under testdata/fuzz).
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "fuzz $$pkg $$f"; \
-	    $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	@set -e; for d in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$d/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz $$d $$f"; \
+	    $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$d; \
 	  done; \
 	done
 
-demo: build
+demo: deps build
 	./$(BIN) up --demo
 
 bench-produce: build

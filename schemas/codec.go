@@ -1,115 +1,93 @@
 package schemas
 
-// TEMPORARY STUB: this file fixes the codec API so that other packages can build
-// against it; the schemas owner replaces the bodies with the goavro-based
-// single-object encoding, Confluent framing, strict JSON parsing and validation.
-
 import (
-	"encoding/json"
-	"errors"
+	"encoding/binary"
 	"fmt"
 )
 
-// Limits caps the sizes of text fields and whole events.
+// Limits caps the sizes of text fields and whole events. A zero field means
+// its default.
 type Limits struct {
-	// ArtifactContent caps one artifact's content. Default: 1 MiB.
+	// ArtifactContent caps one artifact's content (and a labeled sample's
+	// query and update text). Default: 1 MiB.
 	ArtifactContent int
 	// TaskInput caps task_attempt.task_input. Default: 64 KiB.
 	TaskInput int
-	// Event caps one whole encoded event. Default: 4 MiB.
+	// Event caps one whole event: the JSON text in ParseJSON, the Avro
+	// single-object encoding in Validate. Default: 4 MiB.
 	Event int
+	// Payload caps rejected.payload (the DLQ copy of a bad input).
+	// Default: 64 KiB.
+	Payload int
 }
 
 // DefaultLimits returns the default caps.
 func DefaultLimits() Limits {
-	return Limits{ArtifactContent: 1 << 20, TaskInput: 64 << 10, Event: 4 << 20}
+	return Limits{ArtifactContent: 1 << 20, TaskInput: 64 << 10, Event: 4 << 20, Payload: 64 << 10}
 }
 
-// Error codes carried by FieldError and used as DLQ reason codes.
-const (
-	CodeMalformed          = "malformed"
-	CodeUnknownType        = "unknown_type"
-	CodeUnknownFingerprint = "unknown_fingerprint"
-	CodeMissingField       = "missing_field"
-	CodeWrongType          = "wrong_type"
-	CodeBadEnum            = "bad_enum"
-	CodeOutOfRange         = "out_of_range"
-	CodeTooLarge           = "too_large"
-	CodeUnknownField       = "unknown_field"
-)
-
-// FieldError is a validation or decoding problem with one field of one event.
-type FieldError struct {
-	Type  Type
-	Field string
-	Code  string
-	Msg   string
-}
-
-func (e *FieldError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("%s: %s", e.Type, e.Msg)
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.ArtifactContent <= 0 {
+		l.ArtifactContent = d.ArtifactContent
 	}
-	return fmt.Sprintf("%s.%s: %s", e.Type, e.Field, e.Msg)
+	if l.TaskInput <= 0 {
+		l.TaskInput = d.TaskInput
+	}
+	if l.Event <= 0 {
+		l.Event = d.Event
+	}
+	if l.Payload <= 0 {
+		l.Payload = d.Payload
+	}
+	return l
 }
 
-// Sentinel errors.
-var (
-	ErrUnknownType        = errors.New("unknown event type")
-	ErrUnknownFingerprint = errors.New("unknown schema fingerprint")
-	ErrMalformed          = errors.New("malformed event bytes")
-)
+// Encode returns the single-object Avro encoding of ev with its type's
+// current schema: 0xC3 0x01, the 8-byte little-endian fingerprint, the Avro
+// binary body. An empty EventID is written as DeriveEventID(ev) (ev is not
+// modified). Encode checks only what Avro itself needs (enum symbols); call
+// Validate for the full rules. Safe for concurrent use.
+func Encode(ev Event) ([]byte, error) { return AppendEncode(make([]byte, 0, 256), ev) }
 
-// Encode returns the single-object Avro encoding of ev.
-func Encode(ev Event) ([]byte, error) { return AppendEncode(nil, ev) }
-
-// AppendEncode appends the single-object Avro encoding of ev to dst.
+// AppendEncode appends the single-object Avro encoding of ev to dst and
+// returns the extended slice; on error it returns dst unchanged in length.
 func AppendEncode(dst []byte, ev Event) ([]byte, error) {
-	b, err := MarshalJSON(ev)
+	ti, err := lookup(ev)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return append(dst, b...), nil
-}
-
-// Decode decodes single-object Avro bytes into a typed event.
-func Decode(b []byte) (Event, error) { return ParseJSON(b, DefaultLimits()) }
-
-// ParseJSON parses and strictly validates the JSON form of one event and fills a
-// deterministic event_id when absent.
-func ParseJSON(b []byte, lim Limits) (Event, error) {
-	var head struct {
-		Type Type `json:"type"`
-	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	ev := New(head.Type)
-	if ev == nil {
-		return nil, &FieldError{Type: head.Type, Field: "type", Code: CodeUnknownType, Msg: "unknown event type"}
-	}
-	if err := json.Unmarshal(b, ev); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if ev.Header().EventID == "" {
-		ev.Header().EventID = DeriveEventID(ev)
-	}
-	return ev, Validate(ev, lim)
-}
-
-// MarshalJSON returns the JSON form of ev, with "type".
-func MarshalJSON(ev Event) ([]byte, error) {
-	b, err := json.Marshal(ev)
+	n := len(dst)
+	dst = append(dst, SingleObjectMagic[0], SingleObjectMagic[1])
+	dst = binary.LittleEndian.AppendUint64(dst, ti.current.fp)
+	out, err := appendBody(dst, ti, ev)
 	if err != nil {
-		return nil, err
+		return out[:n], err
 	}
-	return append([]byte(`{"type":"`+string(ev.Type())+`",`), b[1:]...), nil
+	return out, nil
 }
 
-// Validate checks the syntax rules of DESIGN.md §3 (required fields, enums,
-// ranges, sizes) and returns every problem joined, each a *FieldError.
-func Validate(ev Event, lim Limits) error { return nil }
+// Decode decodes single-object Avro bytes into a typed event. The
+// fingerprint selects the writer schema among every compiled-in version
+// (Versions); bytes of an older version are resolved to the current struct.
+// Errors: a *FieldError wrapping ErrMalformed (short, truncated, trailing or
+// invalid bytes) or ErrUnknownFingerprint. Decode never panics. It does not
+// apply Validate. Safe for concurrent use.
+func Decode(b []byte) (Event, error) {
+	if len(b) < 10 || b[0] != SingleObjectMagic[0] || b[1] != SingleObjectMagic[1] {
+		return nil, &FieldError{Code: CodeMalformed, Msg: fmt.Sprintf("not Avro single-object encoded (%d bytes, want 0xC3 0x01 + 8-byte fingerprint + body)", len(b))}
+	}
+	fp := binary.LittleEndian.Uint64(b[2:10])
+	sv := byFingerprint[fp]
+	if sv == nil {
+		return nil, &FieldError{Code: CodeUnknownFingerprint, Msg: fmt.Sprintf("schema fingerprint %016x is not a known schema", fp)}
+	}
+	return sv.decode(b[10:])
+}
 
-// DeriveEventID returns a deterministic id from the event's type and identifying
-// fields.
-func DeriveEventID(ev Event) string { return string(ev.Type()) + ":" + ev.PartitionKey() }
+func (sv *schemaVersion) decode(body []byte) (Event, error) {
+	if sv.current {
+		return decodeBody(sv.info, body)
+	}
+	return decodeWithCodec(sv.info, sv.codec, body)
+}

@@ -6,6 +6,39 @@
 // zero value is not meaningful (an empty EvolverModel is the baseline, written as
 // Avro null), and to pointers where it is (a phase score of 0 differs from "not
 // judged").
+//
+// # Wire forms
+//
+// Avro schemas: one record per event type in avro/v<N>/<type>.avsc (namespace
+// dev.harnessflow), compiled into the binary. Encode writes a type's newest
+// version; every older version stays so that its bytes still decode
+// (Versions lists them). A new version may only add fields with defaults;
+// the guard is TestGolden, which decodes every committed golden file of every
+// version (testdata/golden/v<N>/<type>.bin) with the current code.
+//
+// Single-object encoding (Encode, Decode; the Avro specification's form):
+//
+//	0xC3 0x01 | 8-byte little-endian CRC-64-AVRO (Rabin) fingerprint of the
+//	schema's Parsing Canonical Form | Avro binary body
+//
+// Confluent wire format (Registry.EncodeConfluent, Decoder.Decode), for
+// deployments with a schema registry:
+//
+//	0x00 | 4-byte big-endian registry schema id | Avro binary body
+//
+// Decoder.Decode accepts both framings. A registry writer schema that is not
+// compiled in is matched to an event type by record name and resolved to the
+// current struct by field name.
+//
+// JSON form (ParseJSON, MarshalJSON; JSONL files and HTTP ingest): one object
+// with "type" set to the event's Type and the fields named as in the Avro
+// schema; parsing is strict and every problem is a *FieldError with a Code*
+// code, which processors use as the dead-letter reason code.
+//
+// The hot path (Encode, Decode of a current schema) is hand-written per
+// field from one table (fields.go) checked against the .avsc files at init;
+// goavro parses the schemas, computes fingerprints and decodes foreign or
+// older writer schemas. Every function here is safe for concurrent use.
 package schemas
 
 import "time"
