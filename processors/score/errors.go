@@ -1,0 +1,21 @@
+package score
+
+import "errors"
+
+// Sentinel errors returned (wrapped) by Pairer.Add and Params.Validate.
+var (
+	// ErrUnknownCell: an event names a cell whose cell_started this Pairer has
+	// not seen. The runtime forwards a cell's events in order, so this is a bug
+	// upstream (or a Pairer rebuilt from the middle of a stream).
+	ErrUnknownCell = errors.New("cell_started not seen for cell")
+	// ErrKeyMismatch: a cell_started whose pairing key is not the Pairer's key.
+	ErrKeyMismatch = errors.New("cell belongs to another pairing key")
+	// ErrDuplicateBaseline: a second baseline cell for the same pairing key. The
+	// cell is ignored (its later events are dropped and counted in Stats).
+	ErrDuplicateBaseline = errors.New("second baseline cell for pairing key")
+	// ErrUnsupportedEvent: an event type the Pairer does not consume (derived
+	// events, DLQ records, checkpoints).
+	ErrUnsupportedEvent = errors.New("unsupported event type")
+	// ErrBadParams: Params.Validate found a problem.
+	ErrBadParams = errors.New("invalid score params")
+)

@@ -1,0 +1,69 @@
+package score
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Params are the labeling parameters of a campaign (schemas.CampaignDeclared)
+// plus config.
+type Params struct {
+	// Epsilon is the minimum |effect| of a non-neutral label (campaign
+	// label_epsilon). Default: 0.02.
+	Epsilon float64
+	// Alpha is the significance level of the label test; intervals are at
+	// level 1−Alpha (campaign label_alpha). Default: 0.05.
+	Alpha float64
+	// MinPairs is the minimum number of tasks on each side for a non-neutral
+	// label. Default: 5.
+	MinPairs int
+	// Lambda is the stability penalty (not used by this package, carried for
+	// the stability views and the trainer). Default: 1.
+	Lambda float64
+	// Project is the envelope project of derived events. Default: "" (none).
+	Project string
+}
+
+// SetDefaults fills zero fields with their defaults.
+func (p *Params) SetDefaults() {
+	if p.Epsilon == 0 {
+		p.Epsilon = 0.02
+	}
+	if p.Alpha == 0 {
+		p.Alpha = 0.05
+	}
+	if p.MinPairs == 0 {
+		p.MinPairs = 5
+	}
+	if p.Lambda == 0 {
+		p.Lambda = 1
+	}
+}
+
+// Validate reports every problem of p (after SetDefaults), joined; each wraps
+// ErrBadParams.
+func (p Params) Validate() error {
+	var errs []error
+	if !(p.Epsilon >= 0 && p.Epsilon <= 1) {
+		errs = append(errs, fmt.Errorf("%w: epsilon %v not in [0, 1]", ErrBadParams, p.Epsilon))
+	}
+	if !(p.Alpha > 0 && p.Alpha < 1) {
+		errs = append(errs, fmt.Errorf("%w: alpha %v not in (0, 1)", ErrBadParams, p.Alpha))
+	}
+	if p.MinPairs < 1 {
+		errs = append(errs, fmt.Errorf("%w: min pairs %d < 1", ErrBadParams, p.MinPairs))
+	}
+	if !(p.Lambda >= 0) {
+		errs = append(errs, fmt.Errorf("%w: lambda %v < 0", ErrBadParams, p.Lambda))
+	}
+	return errors.Join(errs...)
+}
+
+// PairingKey returns the key that pairs a cell with its baseline:
+// "project/campaign_id/benchmark/agent_model/seed".
+func PairingKey(project string, c *schemas.CellStarted) string {
+	return project + "/" + c.CampaignID + "/" + c.Benchmark + "/" + c.AgentModel + "/" + strconv.FormatInt(int64(c.Seed), 10)
+}
