@@ -1,0 +1,48 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+)
+
+// OpenCUDA opens the CUDA backend. It is nil unless the CUDA implementation
+// (cuda*.go) sets it in its init; it returns an error when no usable GPU or
+// driver library is present.
+var OpenCUDA func() (Backend, error)
+
+// ErrUnknownDevice is returned by Open for a device other than auto, cpu, cuda.
+var ErrUnknownDevice = errors.New("unknown device: want auto, cpu or cuda")
+
+// ErrNoCUDA is returned by Open("cuda") when no CUDA implementation is built in.
+var ErrNoCUDA = errors.New("cuda backend not available in this build")
+
+// Open returns the backend for device ("auto", "cpu" or "cuda"; "" means
+// "auto") and a sentence saying which it chose and why. "auto" picks CUDA when
+// OpenCUDA is set and succeeds, and the CPU otherwise; "cuda" fails rather than
+// falling back.
+func Open(device string) (Backend, string, error) {
+	switch device {
+	case "cpu":
+		return NewCPU(), "cpu (requested)", nil
+	case "cuda":
+		if OpenCUDA == nil {
+			return nil, "", ErrNoCUDA
+		}
+		b, err := OpenCUDA()
+		if err != nil {
+			return nil, "", fmt.Errorf("open cuda: %w", err)
+		}
+		return b, b.Name() + " (requested)", nil
+	case "", "auto":
+		if OpenCUDA == nil {
+			return NewCPU(), "cpu (auto: no cuda backend in this build)", nil
+		}
+		b, err := OpenCUDA()
+		if err != nil {
+			return NewCPU(), fmt.Sprintf("cpu (auto: cuda unusable: %v)", err), nil
+		}
+		return b, b.Name() + " (auto: usable GPU found)", nil
+	default:
+		return nil, "", fmt.Errorf("%w: %q", ErrUnknownDevice, device)
+	}
+}

@@ -1,0 +1,42 @@
+package trainer
+
+import (
+	"testing"
+
+	"github.com/harnessflow/harnessflow/trainer/backend"
+)
+
+// BenchmarkTrainStep measures training throughput (samples/s) of the default
+// model on the CPU backend at the default batch size (256).
+func BenchmarkTrainStep(b *testing.B) {
+	m, err := NewModel(backend.NewCPU(), ModelConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const bs = 256
+	data := SyntheticExamples(1, bs*8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := i % 8
+		if _, err := m.TrainStep(data[k*bs : (k+1)*bs]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "samples/s")
+}
+
+// BenchmarkPredictOne measures one candidate's forward pass (the model part of
+// /v1/score) with the default model.
+func BenchmarkPredictOne(b *testing.B) {
+	m, err := NewModel(backend.NewCPU(), ModelConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := SyntheticExamples(2, 64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.Predict([]*Input{&data[i%64].Input})
+	}
+}

@@ -1,0 +1,372 @@
+package trainer
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/gob"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Checkpoint is the trainer's durable state: the weights and optimizer state
+// of every ensemble member, the step, the model version and the Kafka frontier
+// (for each partition of Topic, the offset after the last sample folded into
+// these weights), plus the dedup window and staleness state, so a restart
+// continues exactly where the checkpoint left off.
+type Checkpoint struct {
+	// Index is the model version number; it only grows, also across fallbacks.
+	Index int64
+	// ModelVersion is "<trainer>-v<Index>".
+	ModelVersion string
+	// Step is the number of optimizer steps taken.
+	Step int64
+	// SamplesTrained counts the samples trained into the weights.
+	SamplesTrained int64
+	// Topic is the sample topic the offsets refer to.
+	Topic string
+	// Offsets maps a partition to the next offset to read.
+	Offsets map[int32]int64
+	// Recent is the dedup window of sample ids, oldest first.
+	Recent []string
+	// CellVersions is the latest harness_version_index seen per cell.
+	CellVersions map[string]int32
+	// Heldout is the held-out evaluation window.
+	Heldout []HeldoutRecord
+	// CreatedAt is when the checkpoint was written.
+	CreatedAt time.Time
+	// Models are the ensemble members' states (weights travel after the
+	// gob-encoded header of the file, not through gob).
+	Models []ModelState
+}
+
+// File layout: magic (8 bytes) | format version (u32) | payload length (u64) |
+// sha256 of payload (32 bytes) | payload. Payload: meta length (u32) | gob of
+// the Checkpoint with tensor data stripped | every tensor's P, M, V as
+// little-endian float32 in order (each preceded by its u32 length).
+const (
+	ckptMagic   = "HFCKPT\x00\x01"
+	ckptFormat  = 1
+	ckptHdrLen  = 8 + 4 + 8 + 32
+	ckptPrefix  = "ckpt-"
+	ckptSuffix  = ".hfck"
+	ckptTempPfx = ".tmp-"
+)
+
+// CheckpointStore keeps checkpoints in a directory: atomic writes (temp file,
+// fsync, rename, directory fsync), the newest Keep files retained, and loads
+// that fall back from a corrupt newest file to the previous valid one. Not
+// safe for concurrent use.
+type CheckpointStore struct {
+	dir  string
+	keep int
+	log  zerolog.Logger
+}
+
+// NewCheckpointStore returns a store on dir (created if missing) that keeps
+// the newest keep checkpoints (keep < 1 means 3).
+func NewCheckpointStore(dir string, keep int, log zerolog.Logger) (*CheckpointStore, error) {
+	if keep < 1 {
+		keep = 3
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("checkpoint dir: %w", err)
+	}
+	return &CheckpointStore{dir: dir, keep: keep, log: log}, nil
+}
+
+// FileName returns the file name of checkpoint index i.
+func FileName(i int64) string { return fmt.Sprintf("%s%012d%s", ckptPrefix, i, ckptSuffix) }
+
+// list returns the checkpoint files' indices, newest first.
+func (s *CheckpointStore) list() ([]int64, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	var out []int64
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasPrefix(n, ckptPrefix) || !strings.HasSuffix(n, ckptSuffix) {
+			continue
+		}
+		i, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(n, ckptPrefix), ckptSuffix), 10, 64)
+		if err == nil {
+			out = append(out, i)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] > out[b] })
+	return out, nil
+}
+
+// MaxIndex returns the highest checkpoint index present, valid or not (0 when
+// none), so that a new version never reuses the number of a corrupt file.
+func (s *CheckpointStore) MaxIndex() int64 {
+	l, _ := s.list()
+	if len(l) == 0 {
+		return 0
+	}
+	return l[0]
+}
+
+// Save writes ck as FileName(ck.Index) atomically, then deletes all but the
+// newest Keep checkpoints. It returns the file's path.
+func (s *CheckpointStore) Save(ck *Checkpoint) (string, error) {
+	final := filepath.Join(s.dir, FileName(ck.Index))
+	tmp, err := os.CreateTemp(s.dir, ckptTempPfx+"*")
+	if err != nil {
+		return "", fmt.Errorf("checkpoint temp file: %w", err)
+	}
+	defer func() {
+		if tmp != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(make([]byte, ckptHdrLen)); err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	h := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(tmp, h), 1<<20)
+	n, err := encodePayload(bw, ck)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
+	hdr := make([]byte, 0, ckptHdrLen)
+	hdr = append(hdr, ckptMagic...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, ckptFormat)
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(n))
+	hdr = h.Sum(hdr)
+	if _, err := tmp.WriteAt(hdr, 0); err != nil {
+		return "", fmt.Errorf("write checkpoint header: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return "", fmt.Errorf("fsync checkpoint: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("close checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return "", fmt.Errorf("rename checkpoint: %w", err)
+	}
+	tmp = nil
+	if err := syncDir(s.dir); err != nil {
+		return "", err
+	}
+	s.prune()
+	return final, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open checkpoint dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync checkpoint dir: %w", err)
+	}
+	return nil
+}
+
+// prune removes all but the newest keep checkpoints and stale temp files.
+func (s *CheckpointStore) prune() {
+	l, _ := s.list()
+	for i, idx := range l {
+		if i >= s.keep {
+			_ = os.Remove(filepath.Join(s.dir, FileName(idx)))
+		}
+	}
+	ents, _ := os.ReadDir(s.dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ckptTempPfx) {
+			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+		}
+	}
+}
+
+// LoadLatest returns the newest valid checkpoint and its path, logging a
+// warning for each newer file that is corrupt ("checkpoint X is corrupt (...);
+// falling back to Y"). It returns ErrNoCheckpoint when none is valid.
+func (s *CheckpointStore) LoadLatest() (*Checkpoint, string, error) {
+	l, err := s.list()
+	if err != nil {
+		return nil, "", err
+	}
+	var bad []string
+	for i, idx := range l {
+		path := filepath.Join(s.dir, FileName(idx))
+		ck, err := ReadCheckpoint(path)
+		if err == nil {
+			if len(bad) > 0 {
+				s.log.Warn().Strs("corrupt", bad).Str("using", path).Msg("fell back to an older checkpoint")
+			}
+			return ck, path, nil
+		}
+		next := "no checkpoint (starting from scratch)"
+		if i+1 < len(l) {
+			next = filepath.Join(s.dir, FileName(l[i+1]))
+		}
+		s.log.Warn().Err(err).Str("checkpoint", path).Str("fallback", next).
+			Msgf("checkpoint %s is corrupt (%v); falling back to %s", path, err, next)
+		bad = append(bad, path)
+	}
+	return nil, "", ErrNoCheckpoint
+}
+
+// ReadCheckpoint reads and verifies one checkpoint file. Errors wrap ErrCorrupt.
+func ReadCheckpoint(path string) (*Checkpoint, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	hdr := make([]byte, ckptHdrLen)
+	if _, err := io.ReadFull(f, hdr); err != nil {
+		return nil, fmt.Errorf("%w: truncated: header incomplete (%d bytes)", ErrCorrupt, st.Size())
+	}
+	if string(hdr[:8]) != ckptMagic {
+		return nil, fmt.Errorf("%w: bad magic", ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v != ckptFormat {
+		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, v)
+	}
+	n := int64(binary.LittleEndian.Uint64(hdr[12:]))
+	if got := st.Size() - ckptHdrLen; got != n {
+		return nil, fmt.Errorf("%w: truncated: payload has %d bytes, header says %d", ErrCorrupt, got, n)
+	}
+	h := sha256.New()
+	br := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, n), h), 1<<20)
+	ck, err := decodePayload(br)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if !bytes.Equal(h.Sum(nil), hdr[20:52]) {
+		return nil, fmt.Errorf("%w: sha256 mismatch", ErrCorrupt)
+	}
+	return ck, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func encodePayload(w io.Writer, ck *Checkpoint) (int64, error) {
+	cw := &countingWriter{w: w}
+	meta := *ck
+	meta.Models = make([]ModelState, len(ck.Models))
+	for i, m := range ck.Models {
+		meta.Models[i] = ModelState{Config: m.Config, Step: m.Step}
+		for _, p := range m.Params {
+			meta.Models[i].Params = append(meta.Models[i].Params, ParamState{Name: p.Name})
+		}
+	}
+	var mb bytes.Buffer
+	if err := gob.NewEncoder(&mb).Encode(&meta); err != nil {
+		return 0, fmt.Errorf("encode checkpoint meta: %w", err)
+	}
+	if err := binary.Write(cw, binary.LittleEndian, uint32(mb.Len())); err != nil {
+		return 0, err
+	}
+	if _, err := cw.Write(mb.Bytes()); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 0, 1<<16)
+	for _, m := range ck.Models {
+		for _, p := range m.Params {
+			for _, t := range [][]float32{p.P, p.M, p.V} {
+				buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(len(t)))
+				for _, v := range t {
+					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+					if len(buf) >= 1<<16 {
+						if _, err := cw.Write(buf); err != nil {
+							return 0, err
+						}
+						buf = buf[:0]
+					}
+				}
+				if _, err := cw.Write(buf); err != nil {
+					return 0, err
+				}
+				buf = buf[:0]
+			}
+		}
+	}
+	return cw.n, nil
+}
+
+// maxMeta bounds the gob header so that a corrupt length cannot allocate wildly.
+const maxMeta = 1 << 30
+
+func decodePayload(r io.Reader) (*Checkpoint, error) {
+	var ml uint32
+	if err := binary.Read(r, binary.LittleEndian, &ml); err != nil {
+		return nil, fmt.Errorf("meta length: %w", err)
+	}
+	if ml > maxMeta {
+		return nil, fmt.Errorf("meta length %d too large", ml)
+	}
+	mb := make([]byte, ml)
+	if _, err := io.ReadFull(r, mb); err != nil {
+		return nil, fmt.Errorf("meta: %w", err)
+	}
+	var ck Checkpoint
+	if err := gob.NewDecoder(bytes.NewReader(mb)).Decode(&ck); err != nil {
+		return nil, fmt.Errorf("meta: %w", err)
+	}
+	buf := make([]byte, 1<<16)
+	for mi := range ck.Models {
+		for pi := range ck.Models[mi].Params {
+			p := &ck.Models[mi].Params[pi]
+			for _, dst := range []*[]float32{&p.P, &p.M, &p.V} {
+				var n uint32
+				if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
+					return nil, fmt.Errorf("tensor %s: %w", p.Name, err)
+				}
+				if n > 1<<31/4 {
+					return nil, fmt.Errorf("tensor %s: length %d too large", p.Name, n)
+				}
+				t := make([]float32, n)
+				for i := 0; i < int(n); {
+					k := min(int(n)-i, len(buf)/4)
+					if _, err := io.ReadFull(r, buf[:4*k]); err != nil {
+						return nil, fmt.Errorf("tensor %s: %w", p.Name, err)
+					}
+					for j := 0; j < k; j++ {
+						t[i+j] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*j:]))
+					}
+					i += k
+				}
+				*dst = t
+			}
+		}
+	}
+	return &ck, nil
+}

@@ -1,0 +1,165 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Config configures a Trainer. Zero fields take the documented defaults.
+type Config struct {
+	// Brokers are the Kafka bootstrap addresses. Required.
+	Brokers []string
+	// ClickHouse is the native-protocol host:port for trainer_steps rows. Required.
+	ClickHouse string
+	// Database holds trainer_steps. Default: harnessflow.
+	Database string
+	// Group is the Kafka consumer group. Default: hf-trainer.
+	Group string
+	// Name identifies this trainer in trainer_steps rows and model versions.
+	// Default: Group.
+	Name string
+	// Topic is the sample topic. Default: hf.samples.
+	Topic string
+	// CheckpointDir holds the checkpoints. Required.
+	CheckpointDir string
+	// CheckpointEvery writes a checkpoint after this many steps. Default: 100.
+	CheckpointEvery int
+	// CheckpointInterval writes a checkpoint when this much time has passed
+	// since the last one and something was consumed. Default: 30s.
+	CheckpointInterval time.Duration
+	// CheckpointKeep is how many checkpoints are kept. Default: 3.
+	CheckpointKeep int
+	// BatchSize is the micro-batch size (samples consumed per step). Default: 256.
+	BatchSize int
+	// BatchAge flushes a smaller batch when its oldest sample has waited this
+	// long. Default: 2s.
+	BatchAge time.Duration
+	// Device is auto, cpu or cuda. Default: auto.
+	Device string
+	// Listen is the HTTP address for /v1/score, /healthz, /metrics; "off"
+	// disables it. Default: 127.0.0.1:8090.
+	Listen string
+	// Lambda weighs the std in reward = mean − λ·std. Default: 1.0 (0 means
+	// the default; use a tiny value for "almost no penalty").
+	Lambda float64
+	// MaxStaleness drops samples whose staleness in harness versions exceeds
+	// it (counted in dropped_stale). Default: 0 (off).
+	MaxStaleness int
+	// Ensemble is the number of models trained with different seeds. Default: 1.
+	Ensemble int
+	// Seed seeds model i with Seed+i. Default: 0.
+	Seed uint64
+	// Model sizes and optimizes each model (Seed is overridden per member).
+	Model ModelConfig
+	// HeldoutFraction is the share of sample ids (by hash) kept out of
+	// training for evaluation. Default: 0.1; negative disables.
+	HeldoutFraction float64
+	// HeldoutWindow is how many recent held-out samples the metrics cover.
+	// Default: 2000.
+	HeldoutWindow int
+	// DedupWindow is how many recent sample ids are remembered to train each
+	// sample id once; a duplicate arriving more than this many samples after
+	// its first copy is trained again. Persisted in checkpoints. Default: 200000.
+	DedupWindow int
+	// MaxCells bounds the per-cell harness-version map (staleness); when full
+	// it is reset. Default: 100000.
+	MaxCells int
+	// RowFlushInterval buffers trainer_steps rows for at most this long (they
+	// are always flushed before a checkpoint). Default: 1s.
+	RowFlushInterval time.Duration
+	// SessionTimeout is the consumer group session timeout. Default: 10s.
+	SessionTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	def := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defi := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.Database == "" {
+		c.Database = "harnessflow"
+	}
+	if c.Group == "" {
+		c.Group = "hf-trainer"
+	}
+	if c.Name == "" {
+		c.Name = c.Group
+	}
+	if c.Topic == "" {
+		c.Topic = schemas.TopicSamples
+	}
+	if c.Device == "" {
+		c.Device = "auto"
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8090"
+	}
+	if c.Lambda == 0 {
+		c.Lambda = 1
+	}
+	if c.HeldoutFraction == 0 {
+		c.HeldoutFraction = 0.1
+	}
+	defi(&c.CheckpointEvery, 100)
+	defi(&c.CheckpointKeep, 3)
+	defi(&c.BatchSize, 256)
+	defi(&c.Ensemble, 1)
+	defi(&c.HeldoutWindow, 2000)
+	defi(&c.DedupWindow, 200000)
+	defi(&c.MaxCells, 100000)
+	def(&c.CheckpointInterval, 30*time.Second)
+	def(&c.BatchAge, 2*time.Second)
+	def(&c.RowFlushInterval, time.Second)
+	def(&c.SessionTimeout, 10*time.Second)
+	c.Model.setDefaults()
+}
+
+// Validate reports every problem with c (after defaults).
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...))
+	}
+	if len(c.Brokers) == 0 {
+		bad("no Kafka brokers (--brokers)")
+	}
+	if c.ClickHouse == "" {
+		bad("no ClickHouse address (--clickhouse)")
+	}
+	if c.CheckpointDir == "" {
+		bad("no checkpoint directory (--checkpoint-dir)")
+	}
+	if c.BatchSize < 1 || c.CheckpointEvery < 1 || c.Ensemble < 1 || c.DedupWindow < 1 || c.HeldoutWindow < 1 {
+		bad("batch size, checkpoint-every, ensemble, dedup and held-out windows must be ≥ 1")
+	}
+	if c.Ensemble > 32 {
+		bad("ensemble %d too large (max 32)", c.Ensemble)
+	}
+	if c.Lambda < 0 {
+		bad("lambda must be ≥ 0")
+	}
+	if c.MaxStaleness < 0 {
+		bad("max staleness must be ≥ 0")
+	}
+	if c.HeldoutFraction >= 1 {
+		bad("held-out fraction must be < 1")
+	}
+	switch c.Device {
+	case "auto", "cpu", "cuda":
+	default:
+		bad("device %q: want auto, cpu or cuda", c.Device)
+	}
+	if err := c.Model.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,139 @@
+package trainer
+
+import (
+	"math"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Input is what the model sees of one candidate update.
+type Input struct {
+	// Update is the artifact text.
+	Update string `json:"update"`
+	// Query is the evidence context the evolver saw (optional).
+	Query string `json:"query"`
+	// Kind is the artifact kind (prompt, skill, memory, tool).
+	Kind string `json:"kind"`
+	// Evolver, Agent and Benchmark name the evolver model, the agent model and
+	// the benchmark.
+	Evolver   string `json:"evolver"`
+	Agent     string `json:"agent"`
+	Benchmark string `json:"benchmark"`
+}
+
+// Hash spaces: every text feature family hashes with its own seed so that the
+// same string in the update and in the query lands in different buckets.
+const (
+	spaceUpdateWord byte = iota + 1
+	spaceUpdateBigram
+	spaceUpdateChar
+	spaceQueryWord
+	spaceQueryBigram
+	spaceQueryChar
+	spaceKind
+	spaceEvolver
+	spaceAgent
+	spaceBenchmark
+)
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnv1a hashes the space byte, then each part separated by a 0xff byte.
+func fnv1a(space byte, parts ...string) uint64 {
+	h := uint64(fnvOffset)
+	h ^= uint64(space)
+	h *= fnvPrime
+	for i, p := range parts {
+		if i > 0 {
+			h ^= 0xff
+			h *= fnvPrime
+		}
+		for j := 0; j < len(p); j++ {
+			h ^= uint64(p[j])
+			h *= fnvPrime
+		}
+	}
+	return h
+}
+
+// featurizer turns an Input into EmbeddingBag indices and weights. Table
+// layout: rows [0, Buckets) hold the hashed text n-grams (word unigrams and
+// bigrams, character 3- to 5-grams, of the update and of the query), then four
+// tables of CatBuckets rows for kind, evolver, agent and benchmark.
+type featurizer struct {
+	buckets, cat, maxText int
+}
+
+func (f featurizer) rows() int { return f.buckets + 4*f.cat }
+
+func words(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	})
+}
+
+// clip cuts s to at most n bytes on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// appendText appends the hashed features of one text with per-family weight
+// 1/sqrt(count), so long and short texts have comparable magnitudes.
+func (f featurizer) appendText(idx []int32, w []float32, text string, sw, sb, sc byte) ([]int32, []float32) {
+	text = clip(text, f.maxText)
+	ws := words(text)
+	add := func(hs []uint64) {
+		if len(hs) == 0 {
+			return
+		}
+		wt := float32(1 / math.Sqrt(float64(len(hs))))
+		for _, h := range hs {
+			idx = append(idx, int32(h%uint64(f.buckets)))
+			w = append(w, wt)
+		}
+	}
+	hs := make([]uint64, 0, len(ws))
+	for _, x := range ws {
+		hs = append(hs, fnv1a(sw, x))
+	}
+	add(hs)
+	hs = hs[:0]
+	for i := 1; i < len(ws); i++ {
+		hs = append(hs, fnv1a(sb, ws[i-1], ws[i]))
+	}
+	add(hs)
+	hs = hs[:0]
+	norm := strings.Join(ws, " ")
+	for n := 3; n <= 5; n++ {
+		for i := 0; i+n <= len(norm); i++ {
+			hs = append(hs, fnv1a(sc, norm[i:i+n]))
+		}
+	}
+	add(hs)
+	return idx, w
+}
+
+// features appends in's indices and weights to idx and w.
+func (f featurizer) features(idx []int32, w []float32, in *Input) ([]int32, []float32) {
+	idx, w = f.appendText(idx, w, in.Update, spaceUpdateWord, spaceUpdateBigram, spaceUpdateChar)
+	idx, w = f.appendText(idx, w, in.Query, spaceQueryWord, spaceQueryBigram, spaceQueryChar)
+	for i, c := range []struct {
+		s     byte
+		value string
+	}{{spaceKind, in.Kind}, {spaceEvolver, in.Evolver}, {spaceAgent, in.Agent}, {spaceBenchmark, in.Benchmark}} {
+		row := f.buckets + i*f.cat + int(fnv1a(c.s, strings.ToLower(c.value))%uint64(f.cat))
+		idx = append(idx, int32(row))
+		w = append(w, 1)
+	}
+	return idx, w
+}

@@ -1,0 +1,128 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// childEnv makes the test binary act as a trainer process (for SIGKILL tests):
+// its value is the JSON Config.
+const childEnv = "HF_TRAINER_TEST_CHILD_CONFIG"
+
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(childEnv); raw != "" {
+		os.Exit(runChild(raw))
+	}
+	testenv.Main(m)
+}
+
+func runChild(raw string) int {
+	var cfg Config
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tr, err := New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	if err := tr.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+// broker starts an embedded broker whose groups accept short session
+// timeouts, so a SIGKILLed member is evicted quickly.
+func broker(t *testing.T) string {
+	t.Helper()
+	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0", Opts: []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Addr()
+}
+
+// genSamples makes n labeled samples whose effect depends on a marker token
+// (as in synth), spread over 12 cells with growing harness versions.
+func genSamples(r *rand.Rand, from, n int) []*schemas.LabeledSample {
+	exs := synth(r, n)
+	out := make([]*schemas.LabeledSample, n)
+	for i, ex := range exs {
+		id := from + i
+		s := &schemas.LabeledSample{
+			SampleID: fmt.Sprintf("s-%06d", id), UpdateID: fmt.Sprintf("u-%06d", id), CellID: fmt.Sprintf("cell-%02d", id%12),
+			CampaignID: "camp", Benchmark: ex.Benchmark, AgentModel: ex.Agent, EvolverModel: ex.Evolver, Cycle: int32(id / 12),
+			Query: ex.Query, Update: ex.Update, ArtifactKind: ex.Kind, Effect: ex.Effect, Label: LabelNames[ex.Label],
+			HarnessVersion: fmt.Sprintf("h%d", id/12), HarnessVersionIndex: int32(id / 12), Route: schemas.RouteInSitu,
+			ProducedAt: time.UnixMilli(1_700_000_000_000 + int64(id)).UTC(),
+		}
+		s.EventID = "sample:" + s.SampleID
+		s.EventTime = s.ProducedAt
+		s.Project = "p"
+		s.Source = "test"
+		out[i] = s
+	}
+	return out
+}
+
+func produce(t *testing.T, addr string, samples []*schemas.LabeledSample) {
+	t.Helper()
+	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: []string{addr}, Topic: schemas.TopicSamples})
+	defer w.Close()
+	msgs := make([]kafka.Message, 0, len(samples))
+	for _, s := range samples {
+		b, err := schemas.Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(s.PartitionKey()), Value: b})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls cond until it is true or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s (last: %s)", d, what, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,72 @@
+package trainer
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	step, samples, loss, lossNLL, lossCE   prometheus.Gauge
+	acc, f1, mae                           prometheus.Gauge
+	staleV50, staleV95, staleM50, staleM95 prometheus.Gauge
+	trained, duplicates, bad, droppedStale prometheus.Counter
+	checkpoints                            prometheus.Counter
+	stepSeconds, scoreSeconds              prometheus.Histogram
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	g := func(name, help string) prometheus.Gauge {
+		x := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "hf", Subsystem: "trainer", Name: name, Help: help})
+		reg.MustRegister(x)
+		return x
+	}
+	c := func(name, help string) prometheus.Counter {
+		x := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "hf", Subsystem: "trainer", Name: name, Help: help})
+		reg.MustRegister(x)
+		return x
+	}
+	h := func(name, help string, buckets []float64) prometheus.Histogram {
+		x := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "hf", Subsystem: "trainer", Name: name, Help: help, Buckets: buckets})
+		reg.MustRegister(x)
+		return x
+	}
+	return &metrics{
+		step:         g("step", "Optimizer steps taken."),
+		samples:      g("step_samples", "Samples trained in the last step."),
+		loss:         g("loss", "Last step's total loss (NLL + CE), ensemble mean."),
+		lossNLL:      g("loss_nll", "Last step's Gaussian NLL of the effect."),
+		lossCE:       g("loss_ce", "Last step's label cross-entropy."),
+		acc:          g("heldout_accuracy", "Label accuracy over the held-out window."),
+		f1:           g("heldout_macro_f1", "Label macro-F1 over the held-out window."),
+		mae:          g("heldout_mae", "Effect MAE over the held-out window."),
+		staleV50:     g("staleness_versions_p50", "Last step's median sample staleness in harness versions."),
+		staleV95:     g("staleness_versions_p95", "Last step's p95 sample staleness in harness versions."),
+		staleM50:     g("staleness_model_p50", "Last step's median sample staleness in model versions."),
+		staleM95:     g("staleness_model_p95", "Last step's p95 sample staleness in model versions."),
+		trained:      c("samples_trained_total", "Samples trained."),
+		duplicates:   c("duplicates_total", "Samples skipped as duplicates of a recent sample id."),
+		bad:          c("bad_samples_total", "Messages skipped as undecodable or invalid."),
+		droppedStale: c("dropped_stale_total", "Samples dropped for exceeding --max-staleness."),
+		checkpoints:  c("checkpoints_total", "Checkpoints written."),
+		stepSeconds:  h("step_seconds", "Time per training step.", prometheus.ExponentialBuckets(0.001, 2, 16)),
+		scoreSeconds: h("score_seconds", "Time per /v1/score request.", prometheus.ExponentialBuckets(0.0001, 2, 16)),
+	}
+}
+
+func (m *metrics) observeStep(r stepRow, took time.Duration) {
+	m.step.Set(float64(r.step))
+	m.samples.Set(float64(r.samples))
+	m.trained.Add(float64(r.samples))
+	m.loss.Set(r.l.Total)
+	m.lossNLL.Set(r.l.NLL)
+	m.lossCE.Set(r.l.CE)
+	m.acc.Set(r.h.Acc)
+	m.f1.Set(r.h.MacroF1)
+	m.mae.Set(r.h.MAE)
+	m.staleV50.Set(r.sv50)
+	m.staleV95.Set(r.sv95)
+	m.staleM50.Set(r.sm50)
+	m.staleM95.Set(r.sm95)
+	m.stepSeconds.Observe(took.Seconds())
+}

@@ -1,0 +1,462 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/harnessflow/harnessflow/trainer/backend"
+)
+
+// Label classes, in the order of the model's three logits.
+const (
+	LabelNegative = 0
+	LabelNeutral  = 1
+	LabelPositive = 2
+)
+
+// LabelNames maps a class to the schema's label string.
+var LabelNames = [3]string{"negative", "neutral", "positive"}
+
+// LabelIndex returns the class of a label string, or -1.
+func LabelIndex(s string) int {
+	for i, n := range LabelNames {
+		if n == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// nOut is the model's output width: mean, log-variance, three label logits.
+const nOut = 5
+
+// logVarMin and logVarMax clamp the predicted log-variance (the gradient is
+// zero outside), keeping the Gaussian NLL finite.
+const (
+	logVarMin = -9
+	logVarMax = 4
+)
+
+// ModelConfig sizes and optimizes one reward model.
+type ModelConfig struct {
+	// Buckets is the number of hashed text n-gram rows. Default: 1<<18.
+	Buckets int
+	// CatBuckets is the rows of each categorical table (kind, evolver, agent,
+	// benchmark). Default: 1024.
+	CatBuckets int
+	// Dim is the embedding width. Default: 64.
+	Dim int
+	// Hidden is the MLP's hidden width. Default: 64.
+	Hidden int
+	// MaxTextBytes caps the bytes of update and query text hashed. Default: 2048.
+	MaxTextBytes int
+	// LR is AdamW's learning rate. Default: 0.003.
+	LR float32
+	// WeightDecay is AdamW's decoupled weight decay. Default: 0.0001.
+	WeightDecay float32
+	// Beta1, Beta2, Eps are AdamW's moments and epsilon. Default: 0.9, 0.999, 1e-8.
+	Beta1, Beta2, Eps float32
+	// Seed makes initialization deterministic. Default: 0 (a valid seed).
+	Seed uint64
+}
+
+func (c *ModelConfig) setDefaults() {
+	if c.Buckets == 0 {
+		c.Buckets = 1 << 18
+	}
+	if c.CatBuckets == 0 {
+		c.CatBuckets = 1024
+	}
+	if c.Dim == 0 {
+		c.Dim = 64
+	}
+	if c.Hidden == 0 {
+		c.Hidden = 64
+	}
+	if c.MaxTextBytes == 0 {
+		c.MaxTextBytes = 2048
+	}
+	if c.LR == 0 {
+		c.LR = 0.003
+	}
+	if c.WeightDecay == 0 {
+		c.WeightDecay = 0.0001
+	}
+	if c.Beta1 == 0 {
+		c.Beta1 = 0.9
+	}
+	if c.Beta2 == 0 {
+		c.Beta2 = 0.999
+	}
+	if c.Eps == 0 {
+		c.Eps = 1e-8
+	}
+}
+
+func (c *ModelConfig) validate() error {
+	if c.Buckets < 1 || c.CatBuckets < 1 || c.Dim < 1 || c.Hidden < 1 || c.MaxTextBytes < 1 {
+		return fmt.Errorf("%w: model sizes must be positive (buckets %d, cat %d, dim %d, hidden %d, max text %d)",
+			ErrConfig, c.Buckets, c.CatBuckets, c.Dim, c.Hidden, c.MaxTextBytes)
+	}
+	if c.LR <= 0 {
+		return fmt.Errorf("%w: learning rate must be positive", ErrConfig)
+	}
+	return nil
+}
+
+// Example is one training example.
+type Example struct {
+	Input
+	// Effect is the measured effect in [-1, 1].
+	Effect float64
+	// Label is LabelNegative, LabelNeutral or LabelPositive.
+	Label int
+}
+
+// Prediction is the model's output for one input.
+type Prediction struct {
+	// Mean is the predicted effect; Std its predicted standard deviation.
+	Mean, Std float64
+	// Probs are the label probabilities (negative, neutral, positive).
+	Probs [3]float64
+}
+
+// Losses are a step's mean losses over its batch.
+type Losses struct {
+	// Total = NLL + CE.
+	Total, NLL, CE float64
+}
+
+type param struct {
+	name       string
+	n          int
+	p, g, m, v backend.Buffer
+}
+
+// Model is the reward model: an EmbeddingBag over hashed n-grams and
+// categorical features, a bias and ReLU, a hidden ReLU layer, and five outputs
+// (effect mean, log-variance, three label logits), trained with Gaussian NLL
+// plus cross-entropy and AdamW. Every tensor op runs on a backend.Backend; the
+// loss and its gradient with respect to the batch×5 outputs are computed on the
+// host. It is deterministic given its config and seed. Not safe for concurrent
+// use.
+type Model struct {
+	be   backend.Backend
+	cfg  ModelConfig
+	feat featurizer
+	step int
+
+	table, b0, w1, b1, w2, b2 *param
+	params                    []*param
+
+	capB, capIdx        int
+	e, h, o, dO, dh, de backend.Buffer
+	idx, off            backend.IntBuffer
+	wts                 backend.Buffer
+	host                []float32
+}
+
+// NewModel allocates a model on be, initialized deterministically from cfg.Seed.
+func NewModel(be backend.Backend, cfg ModelConfig) (*Model, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{be: be, cfg: cfg, feat: featurizer{buckets: cfg.Buckets, cat: cfg.CatBuckets, maxText: cfg.MaxTextBytes}}
+	r := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
+	D, H := cfg.Dim, cfg.Hidden
+	uniform := func(n int, a float64) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32((r.Float64()*2 - 1) * a)
+		}
+		return s
+	}
+	normal := func(n int, sd float64) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32(r.NormFloat64() * sd)
+		}
+		return s
+	}
+	constant := func(n int, v float32) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = v
+		}
+		return s
+	}
+	m.table = m.newParam("embedding", uniform(m.feat.rows()*D, 0.1))
+	m.b0 = m.newParam("bias0", constant(D, 0.05))
+	m.w1 = m.newParam("w1", normal(D*H, math.Sqrt(2/float64(D))))
+	m.b1 = m.newParam("bias1", constant(H, 0.01))
+	m.w2 = m.newParam("w2", normal(H*nOut, 0.1/math.Sqrt(float64(H))))
+	m.b2 = m.newParam("bias2", make([]float32, nOut))
+	return m, nil
+}
+
+func (m *Model) newParam(name string, init []float32) *param {
+	n := len(init)
+	p := &param{name: name, n: n, p: m.be.Alloc(n), g: m.be.Alloc(n), m: m.be.Alloc(n), v: m.be.Alloc(n)}
+	m.be.Upload(p.p, init)
+	m.params = append(m.params, p)
+	return p
+}
+
+// Config returns the model's config with defaults applied.
+func (m *Model) Config() ModelConfig { return m.cfg }
+
+// Steps returns the number of optimizer steps taken.
+func (m *Model) Steps() int { return m.step }
+
+// ensure grows the scratch buffers to hold batch rows and nIdx features.
+func (m *Model) ensure(batch, nIdx int) {
+	D, H := m.cfg.Dim, m.cfg.Hidden
+	if batch > m.capB {
+		for _, b := range []backend.Buffer{m.e, m.h, m.o, m.dO, m.dh, m.de} {
+			if b != nil {
+				m.be.Free(b)
+			}
+		}
+		if m.off != nil {
+			m.be.FreeInt(m.off)
+		}
+		m.capB = batch
+		m.e, m.de = m.be.Alloc(batch*D), m.be.Alloc(batch*D)
+		m.h, m.dh = m.be.Alloc(batch*H), m.be.Alloc(batch*H)
+		m.o, m.dO = m.be.Alloc(batch*nOut), m.be.Alloc(batch*nOut)
+		m.off = m.be.AllocInt(batch + 1)
+	}
+	if nIdx > m.capIdx {
+		if m.idx != nil {
+			m.be.FreeInt(m.idx)
+			m.be.Free(m.wts)
+		}
+		m.capIdx = max(nIdx, 2*m.capIdx)
+		m.idx, m.wts = m.be.AllocInt(m.capIdx), m.be.Alloc(m.capIdx)
+	}
+}
+
+// forward uploads the batch's features and computes the outputs, leaving the
+// activations in m.e (post-ReLU), m.h (post-ReLU) and m.o; it returns the
+// batch×5 outputs downloaded to the host.
+func (m *Model) forward(ins []*Input) []float32 {
+	B, D, H := len(ins), m.cfg.Dim, m.cfg.Hidden
+	idx := make([]int32, 0, B*256)
+	w := make([]float32, 0, B*256)
+	off := make([]int32, 1, B+1)
+	for _, in := range ins {
+		idx, w = m.feat.features(idx, w, in)
+		off = append(off, int32(len(idx)))
+	}
+	m.ensure(B, len(idx))
+	m.be.UploadInt(m.idx, idx)
+	m.be.Upload(m.wts, w)
+	m.be.UploadInt(m.off, off)
+	m.be.EmbeddingBag(m.e, m.table.p, m.idx, m.off, m.wts, B, D)
+	m.be.AddRowVector(m.e, m.b0.p, B, D)
+	m.be.ReLU(m.e, m.e, B*D)
+	m.be.Gemm(false, false, B, H, D, 1, m.e, m.w1.p, 0, m.h)
+	m.be.AddRowVector(m.h, m.b1.p, B, H)
+	m.be.ReLU(m.h, m.h, B*H)
+	m.be.Gemm(false, false, B, nOut, H, 1, m.h, m.w2.p, 0, m.o)
+	m.be.AddRowVector(m.o, m.b2.p, B, nOut)
+	if cap(m.host) < B*nOut {
+		m.host = make([]float32, B*nOut)
+	}
+	out := m.host[:B*nOut]
+	m.be.Download(out, m.o)
+	return out
+}
+
+// lossAndGrad computes the batch's mean losses from the outputs and, when
+// grad is non-nil, their gradient with respect to each output (float64 math).
+func lossAndGrad(out []float32, ex []Example, grad []float32) Losses {
+	B := len(ex)
+	var l Losses
+	for i := range ex {
+		o := out[i*nOut : (i+1)*nOut]
+		mean, lv := float64(o[0]), float64(o[1])
+		clamped := false
+		if lv < logVarMin {
+			lv, clamped = logVarMin, true
+		} else if lv > logVarMax {
+			lv, clamped = logVarMax, true
+		}
+		d := ex[i].Effect - mean
+		iv := math.Exp(-lv)
+		l.NLL += 0.5 * (lv + d*d*iv)
+		mx := math.Max(float64(o[2]), math.Max(float64(o[3]), float64(o[4])))
+		var z float64
+		var ez [3]float64
+		for k := 0; k < 3; k++ {
+			ez[k] = math.Exp(float64(o[2+k]) - mx)
+			z += ez[k]
+		}
+		l.CE += math.Log(z) + mx - float64(o[2+ex[i].Label])
+		if grad != nil {
+			g := grad[i*nOut : (i+1)*nOut]
+			g[0] = float32(-d * iv / float64(B))
+			g[1] = 0
+			if !clamped {
+				g[1] = float32(0.5 * (1 - d*d*iv) / float64(B))
+			}
+			for k := 0; k < 3; k++ {
+				p := ez[k] / z
+				if k == ex[i].Label {
+					p -= 1
+				}
+				g[2+k] = float32(p / float64(B))
+			}
+		}
+	}
+	l.NLL /= float64(B)
+	l.CE /= float64(B)
+	l.Total = l.NLL + l.CE
+	return l
+}
+
+// computeGrads runs forward and backward for batch, leaving the gradients in
+// each param's g buffer, and returns the batch's losses before the update.
+func (m *Model) computeGrads(batch []Example) Losses {
+	B, D, H := len(batch), m.cfg.Dim, m.cfg.Hidden
+	ins := make([]*Input, B)
+	for i := range batch {
+		ins[i] = &batch[i].Input
+	}
+	out := m.forward(ins)
+	grad := make([]float32, B*nOut)
+	l := lossAndGrad(out, batch, grad)
+	for _, p := range m.params {
+		m.be.Fill(p.g, p.n, 0)
+	}
+	m.be.Upload(m.dO, grad)
+	// Output layer.
+	m.be.Gemm(true, false, H, nOut, B, 1, m.h, m.dO, 0, m.w2.g)
+	m.be.SumRows(m.b2.g, m.dO, B, nOut)
+	m.be.Gemm(false, true, B, H, nOut, 1, m.dO, m.w2.p, 0, m.dh)
+	m.be.ReLUBackward(m.dh, m.dh, m.h, B*H)
+	// Hidden layer.
+	m.be.Gemm(true, false, D, H, B, 1, m.e, m.dh, 0, m.w1.g)
+	m.be.SumRows(m.b1.g, m.dh, B, H)
+	m.be.Gemm(false, true, B, D, H, 1, m.dh, m.w1.p, 0, m.de)
+	m.be.ReLUBackward(m.de, m.de, m.e, B*D)
+	// Embedding bag.
+	m.be.SumRows(m.b0.g, m.de, B, D)
+	m.be.EmbeddingBagBackward(m.table.g, m.de, m.idx, m.off, m.wts, B, D)
+	return l
+}
+
+// TrainStep takes one AdamW step on batch and returns the batch's losses
+// measured before the update. An empty batch is a no-op.
+func (m *Model) TrainStep(batch []Example) (Losses, error) {
+	if len(batch) == 0 {
+		return Losses{}, nil
+	}
+	l := m.computeGrads(batch)
+	m.step++
+	c := m.cfg
+	for _, p := range m.params {
+		m.be.AdamW(p.p, p.g, p.m, p.v, p.n, c.LR, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, m.step)
+	}
+	if err := m.be.Sync(); err != nil {
+		return l, fmt.Errorf("%w: %v", ErrDevice, err)
+	}
+	if math.IsNaN(l.Total) || math.IsInf(l.Total, 0) {
+		return l, fmt.Errorf("%w: loss is %v at step %d", ErrDiverged, l.Total, m.step)
+	}
+	return l, nil
+}
+
+// Predict returns the model's predictions for ins.
+func (m *Model) Predict(ins []*Input) []Prediction {
+	if len(ins) == 0 {
+		return nil
+	}
+	out := m.forward(ins)
+	preds := make([]Prediction, len(ins))
+	for i := range ins {
+		o := out[i*nOut : (i+1)*nOut]
+		lv := math.Min(math.Max(float64(o[1]), logVarMin), logVarMax)
+		p := &preds[i]
+		p.Mean, p.Std = float64(o[0]), math.Exp(0.5*lv)
+		mx := math.Max(float64(o[2]), math.Max(float64(o[3]), float64(o[4])))
+		var z float64
+		for k := 0; k < 3; k++ {
+			p.Probs[k] = math.Exp(float64(o[2+k]) - mx)
+			z += p.Probs[k]
+		}
+		for k := range p.Probs {
+			p.Probs[k] /= z
+		}
+	}
+	return preds
+}
+
+// Loss returns the batch's losses without updating the model.
+func (m *Model) Loss(batch []Example) Losses {
+	ins := make([]*Input, len(batch))
+	for i := range batch {
+		ins[i] = &batch[i].Input
+	}
+	return lossAndGrad(m.forward(ins), batch, nil)
+}
+
+// ParamState is one parameter tensor with its AdamW moments.
+type ParamState struct {
+	Name    string
+	P, M, V []float32
+}
+
+// ModelState is a model's full training state (weights, optimizer moments,
+// step count); it round-trips through State and Restore.
+type ModelState struct {
+	Config ModelConfig
+	Step   int
+	Params []ParamState
+}
+
+// State downloads the model's full training state.
+func (m *Model) State() ModelState {
+	st := ModelState{Config: m.cfg, Step: m.step}
+	for _, p := range m.params {
+		ps := ParamState{Name: p.name, P: make([]float32, p.n), M: make([]float32, p.n), V: make([]float32, p.n)}
+		m.be.Download(ps.P, p.p)
+		m.be.Download(ps.M, p.m)
+		m.be.Download(ps.V, p.v)
+		st.Params = append(st.Params, ps)
+	}
+	return st
+}
+
+// Restore uploads st into the model. The shapes must match the model's.
+func (m *Model) Restore(st ModelState) error {
+	if len(st.Params) != len(m.params) {
+		return fmt.Errorf("%w: %d tensors, model has %d", ErrIncompatible, len(st.Params), len(m.params))
+	}
+	for i, p := range m.params {
+		ps := st.Params[i]
+		if ps.Name != p.name || len(ps.P) != p.n || len(ps.M) != p.n || len(ps.V) != p.n {
+			return fmt.Errorf("%w: tensor %d is %s[%d], model has %s[%d]", ErrIncompatible, i, ps.Name, len(ps.P), p.name, p.n)
+		}
+	}
+	for i, p := range m.params {
+		ps := st.Params[i]
+		m.be.Upload(p.p, ps.P)
+		m.be.Upload(p.m, ps.M)
+		m.be.Upload(p.v, ps.V)
+	}
+	m.step = st.Step
+	return nil
+}
+
+func argmax(p [3]float64) int {
+	best := 0
+	for k := 1; k < 3; k++ {
+		if p[k] > p[best] {
+			best = k
+		}
+	}
+	return best
+}

@@ -1,0 +1,178 @@
+package trainer
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/harnessflow/harnessflow/trainer/backend"
+)
+
+func tinyConfig(seed uint64) ModelConfig {
+	return ModelConfig{Buckets: 64, CatBuckets: 8, Dim: 6, Hidden: 5, Seed: seed}
+}
+
+func TestGradientsMatchFiniteDifferences(t *testing.T) {
+	m, err := NewModel(backend.NewCPU(), tinyConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := []Example{
+		{Input: Input{Update: "retry the flaky step", Query: "tests fail", Kind: "skill", Evolver: "e1", Agent: "a1", Benchmark: "b"}, Effect: 0.3, Label: LabelPositive},
+		{Input: Input{Update: "delete all tests", Kind: "prompt", Evolver: "e2", Agent: "a1", Benchmark: "b"}, Effect: -0.4, Label: LabelNegative},
+		{Input: Input{Update: "rename a variable", Query: "lint", Kind: "memory", Evolver: "e1", Agent: "a2", Benchmark: "c"}, Effect: 0.01, Label: LabelNeutral},
+		{Input: Input{Update: "cache results", Kind: "tool", Evolver: "e3", Agent: "a2", Benchmark: "c"}, Effect: 0.2, Label: LabelPositive},
+	}
+	// A couple of steps first so that the moments and weights are not at init.
+	for i := 0; i < 3; i++ {
+		if _, err := m.TrainStep(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.computeGrads(batch)
+	const eps, atol, rtol = 3e-3, 1e-3, 0.05
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, p := range m.params {
+		g := make([]float32, p.n)
+		m.be.Download(g, p.g)
+		w := make([]float32, p.n)
+		m.be.Download(w, p.p)
+		// Check the largest-gradient entries (they exercise the used rows of
+		// the embedding) plus a few random ones.
+		var cand []int
+		best := 0
+		for i := range g {
+			if math.Abs(float64(g[i])) > math.Abs(float64(g[best])) {
+				best = i
+			}
+		}
+		cand = append(cand, best)
+		for i := 0; i < 6; i++ {
+			cand = append(cand, r.IntN(p.n))
+		}
+		if math.Abs(float64(g[best])) < 1e-4 {
+			t.Fatalf("%s: gradient is all ~0 (max |g| = %g)", p.name, g[best])
+		}
+		for _, i := range cand {
+			orig := w[i]
+			w[i] = orig + eps
+			m.be.Upload(p.p, w)
+			lp := m.Loss(batch).Total
+			w[i] = orig - eps
+			m.be.Upload(p.p, w)
+			lm := m.Loss(batch).Total
+			w[i] = orig
+			m.be.Upload(p.p, w)
+			fd := (lp - lm) / (2 * eps)
+			if d := math.Abs(fd - float64(g[i])); d > atol+rtol*math.Abs(fd) {
+				t.Errorf("%s[%d]: analytic %g, finite difference %g", p.name, i, g[i], fd)
+			}
+		}
+	}
+}
+
+func accuracy(m *Model, data []Example) (acc, mae float64) {
+	ins := make([]*Input, len(data))
+	for i := range data {
+		ins[i] = &data[i].Input
+	}
+	for i, p := range m.Predict(ins) {
+		if argmax(p.Probs) == data[i].Label {
+			acc++
+		}
+		mae += math.Abs(p.Mean - data[i].Effect)
+	}
+	return acc / float64(len(data)), mae / float64(len(data))
+}
+
+func TestModelLearnsKnownFeature(t *testing.T) {
+	r := rand.New(rand.NewPCG(42, 1))
+	train, held := synth(r, 4800), synth(r, 400)
+	m, err := NewModel(backend.NewCPU(), ModelConfig{Buckets: 1 << 12, CatBuckets: 16, Dim: 16, Hidden: 16, Seed: 3, LR: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	majority := 0.0
+	var counts [3]float64
+	for _, ex := range held {
+		counts[ex.Label]++
+	}
+	for _, c := range counts {
+		majority = math.Max(majority, c/float64(len(held)))
+	}
+	initial := m.Loss(held)
+	acc0, _ := accuracy(m, held)
+	const bs = 32
+	var first, last float64
+	steps := len(train) / bs
+	for s := 0; s < steps; s++ {
+		l, err := m.TrainStep(train[s*bs : (s+1)*bs])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s < 10 {
+			first += l.Total / 10
+		}
+		if s >= steps-10 {
+			last += l.Total / 10
+		}
+	}
+	final := m.Loss(held)
+	acc, mae := accuracy(m, held)
+	t.Logf("train loss %.3f -> %.3f; held-out loss %.3f -> %.3f; acc %.3f -> %.3f (majority %.3f); MAE %.3f",
+		first, last, initial.Total, final.Total, acc0, acc, majority, mae)
+	if !(last < first-0.5) {
+		t.Errorf("training loss did not fall clearly: first %.3f, last %.3f", first, last)
+	}
+	if !(final.Total < initial.Total-0.5) {
+		t.Errorf("held-out loss did not fall clearly: %.3f -> %.3f", initial.Total, final.Total)
+	}
+	if acc < majority+0.3 {
+		t.Errorf("held-out accuracy %.3f does not clearly beat the majority class %.3f", acc, majority)
+	}
+	if mae > 0.1 {
+		t.Errorf("held-out effect MAE %.3f, want < 0.1", mae)
+	}
+}
+
+func TestModelDeterministicAndStateRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	data := synth(r, 96)
+	run := func() *Model {
+		m, err := NewModel(backend.NewCPU(), tinyConfig(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := 0; s < 3; s++ {
+			if _, err := m.TrainStep(data[s*32 : (s+1)*32]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return m
+	}
+	a, b := run(), run()
+	sa, sb := a.State(), b.State()
+	for i := range sa.Params {
+		for j := range sa.Params[i].P {
+			if sa.Params[i].P[j] != sb.Params[i].P[j] {
+				t.Fatalf("same seed, same data, different weights at %s[%d]", sa.Params[i].Name, j)
+			}
+		}
+	}
+	// Restore into a fresh model with another seed: it must continue exactly.
+	c, _ := NewModel(backend.NewCPU(), tinyConfig(99))
+	if err := c.Restore(sa); err != nil {
+		t.Fatal(err)
+	}
+	la, _ := a.TrainStep(data[:32])
+	lc, _ := c.TrainStep(data[:32])
+	if la != lc {
+		t.Fatalf("restored model diverges: %+v vs %+v", la, lc)
+	}
+	bad := tinyConfig(1)
+	bad.Dim = 7
+	d, _ := NewModel(backend.NewCPU(), bad)
+	if err := d.Restore(sa); err == nil {
+		t.Fatal("restoring into a different shape must fail")
+	}
+}

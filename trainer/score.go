@@ -1,0 +1,139 @@
+package trainer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+)
+
+// ScoreRequest is the body of POST /v1/score: a candidate update.
+type ScoreRequest struct {
+	Input
+}
+
+// MemberScore is one ensemble member's prediction.
+type MemberScore struct {
+	Effect float64    `json:"effect"`
+	Std    float64    `json:"std"`
+	Probs  [3]float64 `json:"-"`
+	Label  string     `json:"label"`
+}
+
+// Score is the answer of POST /v1/score. With an ensemble of K models, Effect
+// is the mean of the members' means, Std the std of their equal-weight
+// mixture (sqrt(mean variance + variance of means)), Probs the mean
+// probabilities, and Label the majority vote of the members' argmax labels
+// (ties broken by the mean probability).
+type Score struct {
+	Effect float64            `json:"effect"`
+	Std    float64            `json:"std"`
+	Probs  map[string]float64 `json:"probs"`
+	Label  string             `json:"label"`
+	// Reward is Effect − λ·Std (the tutorial's variance-penalized stability reward).
+	Reward       float64        `json:"reward"`
+	Lambda       float64        `json:"lambda"`
+	ModelVersion string         `json:"model_version"`
+	Ensemble     int            `json:"ensemble"`
+	Votes        map[string]int `json:"votes"`
+	Members      []MemberScore  `json:"members"`
+}
+
+// maxScoreBody caps a /v1/score request body.
+const maxScoreBody = 1 << 20
+
+// Predict scores inputs with the ensemble. Safe for concurrent use (it waits
+// for the current training step).
+func (t *Trainer) Predict(ins []*Input) []Score {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := t.predictLocked(ins)
+	for i := range out {
+		out[i].ModelVersion = t.modelVersion
+	}
+	return out
+}
+
+func (t *Trainer) predictLocked(ins []*Input) []Score {
+	per := make([][]Prediction, len(t.models))
+	for k, m := range t.models {
+		per[k] = m.Predict(ins)
+	}
+	return aggregate(per, len(ins), t.cfg.Lambda)
+}
+
+// aggregate combines members' predictions (per[member][input]).
+func aggregate(per [][]Prediction, n int, lambda float64) []Score {
+	K := float64(len(per))
+	out := make([]Score, n)
+	for i := 0; i < n; i++ {
+		var mean, meanVar, meanSq float64
+		var probs [3]float64
+		var votes [3]int
+		s := Score{Lambda: lambda, Ensemble: len(per)}
+		for k := range per {
+			p := per[k][i]
+			mean += p.Mean / K
+			meanSq += p.Mean * p.Mean / K
+			meanVar += p.Std * p.Std / K
+			for c := range probs {
+				probs[c] += p.Probs[c] / K
+			}
+			lbl := argmax(p.Probs)
+			votes[lbl]++
+			s.Members = append(s.Members, MemberScore{Effect: p.Mean, Std: p.Std, Probs: p.Probs, Label: LabelNames[lbl]})
+		}
+		s.Effect = mean
+		s.Std = math.Sqrt(meanVar + math.Max(0, meanSq-mean*mean))
+		s.Reward = s.Effect - lambda*s.Std
+		best := 0
+		for c := 1; c < 3; c++ {
+			if votes[c] > votes[best] || (votes[c] == votes[best] && probs[c] > probs[best]) {
+				best = c
+			}
+		}
+		s.Label = LabelNames[best]
+		s.Probs = map[string]float64{}
+		s.Votes = map[string]int{}
+		for c, name := range LabelNames {
+			s.Probs[name] = probs[c]
+			s.Votes[name] = votes[c]
+		}
+		out[i] = s
+	}
+	return out
+}
+
+var errEmptyUpdate = errors.New("update: required (the candidate artifact text)")
+
+func (t *Trainer) handleScore(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { t.metrics.scoreSeconds.Observe(time.Since(start).Seconds()) }()
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "use POST", http.StatusMethodNotAllowed)
+		return
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScoreBody))
+	dec.DisallowUnknownFields()
+	var req ScoreRequest
+	if err := dec.Decode(&req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
+		return
+	}
+	if req.Update == "" {
+		writeJSONError(w, http.StatusBadRequest, errEmptyUpdate)
+		return
+	}
+	s := t.Predict([]*Input{&req.Input})[0]
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s)
+}
+
+func writeJSONError(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}

@@ -1,0 +1,699 @@
+// Package trainer is harnessflow's continuous trainer (DESIGN.md §6): a
+// consumer of hf.samples that never stops, micro-batching samples into AdamW
+// steps of a reward model (hashed n-grams + categorical embeddings → MLP →
+// effect mean, log-variance and label logits) on a backend.Backend, with
+// exactly-once checkpoints, per-step trainer_steps rows in ClickHouse,
+// staleness accounting, POST /v1/score and dataset export (export.go).
+//
+// Exactly once. The checkpoint holds, per partition, the offset after the last
+// consumed sample folded into its weights, and the dedup window; a restart
+// restores the newest valid checkpoint and reads from those offsets, never from
+// the group's committed offsets (which are committed after each checkpoint for
+// lag monitoring only). Steps consume a per-partition prefix of what was read,
+// so the frontier is exact. trainer_steps rows are flushed before every
+// checkpoint; on restore from step S the trainer deletes this trainer's rows
+// with step > S (they describe steps whose effect the crash discarded) before
+// writing new ones, so the table ends up describing exactly the lineage of the
+// live model: the union of its sample_ids is the set of samples trained, each
+// once (count with FINAL; the delete is a ClickHouse mutation that applies to
+// the rows present when it was issued, never to the re-run's newer rows).
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
+	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/trainer/backend"
+)
+
+// StepsDDL creates trainer_steps (the ClickHouse migrations own it; the
+// trainer applies it idempotently too, so it runs against a bare database).
+const StepsDDL = `CREATE TABLE IF NOT EXISTS trainer_steps(trainer String, model_version String, step UInt64, samples UInt32,
+  sample_ids Array(String), sample_id_hash String, loss Float64, loss_nll Float64, loss_ce Float64,
+  heldout_acc Float64, heldout_macro_f1 Float64, heldout_mae Float64,
+  staleness_versions_p50 Float64, staleness_versions_p95 Float64,
+  staleness_model_p50 Float64, staleness_model_p95 Float64,
+  dropped_stale UInt32, device String, written_at DateTime)
+ENGINE = ReplacingMergeTree(written_at) ORDER BY (trainer, step)`
+
+const stepsInsert = `INSERT INTO trainer_steps (trainer, model_version, step, samples, sample_ids, sample_id_hash,
+  loss, loss_nll, loss_ce, heldout_acc, heldout_macro_f1, heldout_mae,
+  staleness_versions_p50, staleness_versions_p95, staleness_model_p50, staleness_model_p95,
+  dropped_stale, device, written_at)`
+
+// Option customizes a Trainer (test seams).
+type Option func(*Trainer)
+
+// WithLogger sets the logger. Default: logx.New("trainer").
+func WithLogger(l zerolog.Logger) Option { return func(t *Trainer) { t.log = l } }
+
+// WithHTTPReady receives the HTTP listener's bound address once serving.
+func WithHTTPReady(ch chan<- string) Option { return func(t *Trainer) { t.httpReady = ch } }
+
+// WithBackend uses be instead of opening cfg.Device.
+func WithBackend(be backend.Backend) Option { return func(t *Trainer) { t.be = be } }
+
+// Trainer is the continuous trainer. Create it with New and call Run once.
+type Trainer struct {
+	cfg       Config
+	log       zerolog.Logger
+	httpReady chan<- string
+	be        backend.Backend
+	device    string
+
+	// mu guards the models (and backend) between the training loop and
+	// /v1/score, plus modelVersion.
+	mu           sync.Mutex
+	models       []*Model
+	modelVersion string
+
+	// Owned by the training loop.
+	store        *CheckpointStore
+	ch           driver.Conn
+	writer       *kafka.Writer
+	index        int64
+	step         int64
+	trained      int64
+	offsets      map[int32]int64
+	dedup        *dedupWindow
+	cells        map[string]int32
+	heldout      []HeldoutRecord
+	rows         []stepRow
+	rowsSince    time.Time
+	lastCkpt     time.Time
+	stepsSinceCk int
+	dirty        bool
+	gen          *kafka.Generation
+	genID        int
+
+	ready   atomic.Bool
+	metrics *metrics
+	reg     *prometheus.Registry
+}
+
+// New validates cfg and builds the trainer's models on its backend. It does
+// no network I/O; Run connects.
+func New(cfg Config, opts ...Option) (*Trainer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Trainer{cfg: cfg, log: logx.New("trainer"), offsets: map[int32]int64{}, cells: map[string]int32{}}
+	for _, o := range opts {
+		o(t)
+	}
+	if t.be == nil {
+		be, why, err := backend.Open(cfg.Device)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", cfg.Device, err)
+		}
+		t.be, t.device = be, why
+	} else {
+		t.device = t.be.Name() + " (given)"
+	}
+	t.log.Info().Str("device", t.device).Msg("compute backend chosen")
+	for i := 0; i < cfg.Ensemble; i++ {
+		mc := cfg.Model
+		mc.Seed = cfg.Seed + uint64(i)
+		m, err := NewModel(t.be, mc)
+		if err != nil {
+			return nil, err
+		}
+		t.models = append(t.models, m)
+	}
+	t.dedup = newDedup(cfg.DedupWindow, nil)
+	t.modelVersion = fmt.Sprintf("%s-v0", cfg.Name)
+	t.reg = obs.NewRegistry()
+	t.metrics = newMetrics(t.reg)
+	store, err := NewCheckpointStore(cfg.CheckpointDir, cfg.CheckpointKeep, t.log)
+	if err != nil {
+		return nil, err
+	}
+	t.store = store
+	return t, nil
+}
+
+// Device says which backend the trainer uses and why.
+func (t *Trainer) Device() string { return t.device }
+
+// ModelVersion returns the version of the latest published checkpoint.
+func (t *Trainer) ModelVersion() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.modelVersion
+}
+
+type sampleMsg struct {
+	gen     int
+	part    int32
+	off     int64
+	s       *schemas.LabeledSample
+	err     error
+	arrived time.Time
+	// arrivedIndex is the model version index when the sample entered the buffer.
+	arrivedIndex int64
+}
+
+// Run consumes and trains until ctx ends; then it finishes the current step,
+// flushes rows, writes a checkpoint and returns nil. It returns an error only
+// for a fatal fault (no broker or ClickHouse at start, a device error, a
+// checkpoint that cannot be written).
+func (t *Trainer) Run(ctx context.Context) error {
+	if err := kafkax.WaitReachable(ctx, t.cfg.Brokers, 30*time.Second); err != nil {
+		return err
+	}
+	if err := kafkax.EnsureAllTopics(ctx, t.cfg.Brokers); err != nil {
+		return err
+	}
+	if err := t.openClickHouse(ctx); err != nil {
+		return err
+	}
+	defer t.ch.Close()
+	t.writer = kafkax.NewWriter(kafkax.WriterConfig{Brokers: t.cfg.Brokers, Topic: schemas.TopicCheckpoints, BatchSize: 1})
+	defer t.writer.Close()
+	if err := t.restore(ctx); err != nil {
+		return err
+	}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                t.cfg.Group,
+		Brokers:           t.cfg.Brokers,
+		Topics:            []string{t.cfg.Topic},
+		HeartbeatInterval: max(t.cfg.SessionTimeout/5, 100*time.Millisecond),
+		SessionTimeout:    t.cfg.SessionTimeout,
+		RebalanceTimeout:  t.cfg.SessionTimeout,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		StartOffset:       kafka.FirstOffset,
+		Timeout:           5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer group %s: %w", t.cfg.Group, err)
+	}
+	gens := make(chan *kafka.Generation)
+	msgs := make(chan sampleMsg, 4*t.cfg.BatchSize)
+	g, gctx := errgroup.WithContext(ctx)
+	if t.cfg.Listen != "off" {
+		g.Go(func() error { return t.serveHTTP(gctx) })
+	}
+	g.Go(func() error {
+		for {
+			gen, err := cg.Next(gctx)
+			if err != nil {
+				if gctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+					return nil
+				}
+				t.log.Warn().Err(err).Msg("consumer group join failed; retrying")
+				continue
+			}
+			select {
+			case gens <- gen:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+	})
+	g.Go(func() error {
+		err := t.loop(gctx, gens, msgs)
+		cg.Close()
+		return err
+	})
+	return g.Wait()
+}
+
+func (t *Trainer) openClickHouse(ctx context.Context) error {
+	admin, err := chx.Open(ctx, t.cfg.ClickHouse, "")
+	if err != nil {
+		return err
+	}
+	err = admin.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+chx.QuoteIdent(t.cfg.Database))
+	admin.Close()
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", t.cfg.Database, err)
+	}
+	t.ch, err = chx.Open(ctx, t.cfg.ClickHouse, t.cfg.Database)
+	if err != nil {
+		return err
+	}
+	if err := t.ch.Exec(ctx, StepsDDL); err != nil {
+		return fmt.Errorf("create trainer_steps: %w", err)
+	}
+	return nil
+}
+
+// restore loads the newest valid checkpoint (if any), deletes trainer_steps
+// rows of steps after it, and re-publishes its checkpoint_published event.
+func (t *Trainer) restore(ctx context.Context) error {
+	ck, path, err := t.store.LoadLatest()
+	switch {
+	case errors.Is(err, ErrNoCheckpoint):
+		t.log.Info().Str("dir", t.cfg.CheckpointDir).Msg("no checkpoint: starting from scratch at the group's committed offsets or the first offset")
+	case err != nil:
+		return err
+	default:
+		if ck.Topic != t.cfg.Topic || len(ck.Models) != len(t.models) {
+			return fmt.Errorf("%w: %s has topic %s and %d models, config wants %s and %d", ErrIncompatible, path, ck.Topic, len(ck.Models), t.cfg.Topic, len(t.models))
+		}
+		t.mu.Lock()
+		for i, m := range t.models {
+			if err := m.Restore(ck.Models[i]); err != nil {
+				t.mu.Unlock()
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		t.modelVersion = ck.ModelVersion
+		t.mu.Unlock()
+		t.index, t.step, t.trained = ck.Index, ck.Step, ck.SamplesTrained
+		for p, o := range ck.Offsets {
+			t.offsets[p] = o
+		}
+		t.dedup = newDedup(t.cfg.DedupWindow, ck.Recent)
+		if ck.CellVersions != nil {
+			t.cells = ck.CellVersions
+		}
+		t.heldout = ck.Heldout
+		t.log.Info().Str("checkpoint", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
+			Interface("offsets", ck.Offsets).Msg("restored checkpoint; reading from its offsets")
+	}
+	t.metrics.step.Set(float64(t.step))
+	// Rows of steps after the checkpoint describe work the restart discards.
+	if err := t.ch.Exec(ctx, "ALTER TABLE trainer_steps DELETE WHERE trainer = ? AND step > ?", t.cfg.Name, uint64(t.step)); err != nil {
+		return fmt.Errorf("delete trainer_steps rows after step %d: %w", t.step, err)
+	}
+	if ck != nil {
+		t.publish(ctx, ck)
+	}
+	t.lastCkpt = time.Now()
+	t.ready.Store(true)
+	return nil
+}
+
+// loop is the training loop: it owns the buffer, the models' training, rows and
+// checkpoints.
+func (t *Trainer) loop(ctx context.Context, gens <-chan *kafka.Generation, msgs chan sampleMsg) error {
+	var buf []sampleMsg
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for len(buf) >= t.cfg.BatchSize {
+			if err := t.trainBatch(ctx, buf[:t.cfg.BatchSize]); err != nil {
+				return err
+			}
+			buf = buf[t.cfg.BatchSize:]
+			if err := t.housekeeping(ctx, false); err != nil {
+				return err
+			}
+		}
+		if len(buf) > 0 && time.Since(buf[0].arrived) >= t.cfg.BatchAge {
+			if err := t.trainBatch(ctx, buf); err != nil {
+				return err
+			}
+			buf = nil
+		}
+		if err := t.housekeeping(ctx, false); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			// Samples left in buf are re-read after restart (they are past
+			// the frontier).
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			err := t.housekeeping(sctx, true)
+			t.log.Info().Int64("step", t.step).Int("unconsumed_in_buffer", len(buf)).Msg("trainer stopped")
+			return err
+		case gen := <-gens:
+			buf = buf[:0]
+			t.startGeneration(gen, msgs)
+		case m := <-msgs:
+			buf = t.accept(buf, m)
+		drain:
+			for len(buf) < t.cfg.BatchSize {
+				select {
+				case m := <-msgs:
+					buf = t.accept(buf, m)
+				default:
+					break drain
+				}
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+func (t *Trainer) accept(buf []sampleMsg, m sampleMsg) []sampleMsg {
+	if m.gen != t.genID {
+		return buf
+	}
+	m.arrived = time.Now()
+	m.arrivedIndex = t.index
+	return append(buf, m)
+}
+
+// startGeneration starts one partition reader per assigned partition, at the
+// trained frontier (the checkpoint's offsets, advanced by steps since), or the
+// group's committed offset / the first offset for a partition never trained.
+func (t *Trainer) startGeneration(gen *kafka.Generation, msgs chan<- sampleMsg) {
+	t.genID++
+	t.gen = gen
+	id := t.genID
+	var parts []int
+	for _, a := range gen.Assignments[t.cfg.Topic] {
+		start, ok := t.offsets[int32(a.ID)]
+		if !ok {
+			start = a.Offset
+			if start < 0 {
+				start = kafka.FirstOffset
+			}
+		}
+		parts = append(parts, a.ID)
+		p := int32(a.ID)
+		gen.Start(func(ctx context.Context) { t.readPartition(ctx, id, p, start, msgs) })
+	}
+	t.log.Info().Int32("generation", gen.ID).Ints("partitions", parts).Msg("consumer group generation started")
+}
+
+func (t *Trainer) readPartition(ctx context.Context, gen int, part int32, start int64, msgs chan<- sampleMsg) {
+	rc := kafkax.ReaderConfig(t.cfg.Brokers, "", t.cfg.Topic)
+	rc.Partition = int(part)
+	r := kafka.NewReader(rc)
+	defer r.Close()
+	if err := r.SetOffset(start); err != nil {
+		t.log.Error().Err(err).Int32("partition", part).Msg("set offset")
+	}
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.log.Warn().Err(err).Int32("partition", part).Msg("fetch failed; retrying")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		sm := sampleMsg{gen: gen, part: part, off: m.Offset}
+		ev, err := schemas.Decode(m.Value)
+		if err == nil {
+			s, ok := ev.(*schemas.LabeledSample)
+			if !ok {
+				err = fmt.Errorf("unexpected event type %s on %s", ev.Type(), t.cfg.Topic)
+			}
+			sm.s = s
+		}
+		sm.err = err
+		select {
+		case msgs <- sm:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+type stepRow struct {
+	modelVersion           string
+	step                   uint64
+	samples                uint32
+	ids                    []string
+	hash                   string
+	l                      Losses
+	h                      HeldoutMetrics
+	sv50, sv95, sm50, sm95 float64
+	droppedStale           uint32
+	writtenAt              time.Time
+}
+
+// trainBatch consumes batch (a prefix of what was read): it advances the
+// frontier over every message, skips undecodable ones and duplicates, drops
+// stale ones, evaluates held-out ones, and trains the rest in one step.
+func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
+	start := time.Now()
+	var (
+		train             []Example
+		ids               []string
+		held              []Example
+		staleV, staleM    []float64
+		bad, dup, dropped int
+	)
+	for _, m := range batch {
+		if o := m.off + 1; o > t.offsets[m.part] {
+			t.offsets[m.part] = o
+		}
+		t.dirty = true
+		if m.err != nil {
+			bad++
+			t.log.Warn().Err(m.err).Int32("partition", m.part).Int64("offset", m.off).Msg("skipping undecodable sample")
+			continue
+		}
+		s := m.s
+		label := LabelIndex(s.Label)
+		if label < 0 || s.SampleID == "" {
+			bad++
+			continue
+		}
+		if t.dedup.has(s.SampleID) {
+			dup++
+			continue
+		}
+		t.dedup.add(s.SampleID)
+		if len(t.cells) >= t.cfg.MaxCells {
+			t.cells = map[string]int32{}
+		}
+		if v, ok := t.cells[s.CellID]; !ok || s.HarnessVersionIndex > v {
+			t.cells[s.CellID] = s.HarnessVersionIndex
+		}
+		sv := float64(t.cells[s.CellID] - s.HarnessVersionIndex)
+		if t.cfg.MaxStaleness > 0 && sv > float64(t.cfg.MaxStaleness) {
+			dropped++
+			continue
+		}
+		ex := Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
+			Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: label}
+		if IsHeldOut(s.SampleID, t.cfg.HeldoutFraction) {
+			held = append(held, ex)
+			continue
+		}
+		train = append(train, ex)
+		ids = append(ids, s.SampleID)
+		staleV = append(staleV, sv)
+		staleM = append(staleM, float64(t.index-m.arrivedIndex))
+	}
+	t.mu.Lock()
+	if len(held) > 0 {
+		t.evaluate(held)
+	}
+	var l Losses
+	var err error
+	for _, m := range t.models {
+		var li Losses
+		if li, err = m.TrainStep(train); err != nil {
+			break
+		}
+		k := float64(len(t.models))
+		l.Total += li.Total / k
+		l.NLL += li.NLL / k
+		l.CE += li.CE / k
+	}
+	mv := t.modelVersion
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	t.metrics.duplicates.Add(float64(dup))
+	t.metrics.bad.Add(float64(bad))
+	t.metrics.droppedStale.Add(float64(dropped))
+	if len(train) == 0 {
+		return nil
+	}
+	t.step++
+	t.stepsSinceCk++
+	t.trained += int64(len(train))
+	if len(t.heldout) > t.cfg.HeldoutWindow {
+		t.heldout = append([]HeldoutRecord(nil), t.heldout[len(t.heldout)-t.cfg.HeldoutWindow:]...)
+	}
+	hm := Summarize(t.heldout)
+	row := stepRow{modelVersion: mv, step: uint64(t.step), samples: uint32(len(train)), ids: ids, hash: idHash(ids), l: l, h: hm,
+		sv50: quantile(staleV, 0.5), sv95: quantile(staleV, 0.95), sm50: quantile(staleM, 0.5), sm95: quantile(staleM, 0.95),
+		droppedStale: uint32(dropped), writtenAt: time.Now()}
+	if len(t.rows) == 0 {
+		t.rowsSince = time.Now()
+	}
+	t.rows = append(t.rows, row)
+	t.metrics.observeStep(row, time.Since(start))
+	t.log.Info().Int64("step", t.step).Int("samples", len(train)).Int("heldout", len(held)).Int("duplicates", dup).
+		Int("dropped_stale", dropped).Int("bad", bad).Float64("loss", l.Total).Float64("loss_nll", l.NLL).Float64("loss_ce", l.CE).
+		Float64("heldout_acc", hm.Acc).Float64("heldout_macro_f1", hm.MacroF1).Float64("heldout_mae", hm.MAE).
+		Float64("staleness_versions_p95", row.sv95).Float64("staleness_model_p95", row.sm95).
+		Dur("took", time.Since(start)).Msg("step")
+	_ = ctx
+	return nil
+}
+
+// evaluate scores held-out examples with the ensemble (t.mu held).
+func (t *Trainer) evaluate(held []Example) {
+	ins := make([]*Input, len(held))
+	for i := range held {
+		ins[i] = &held[i].Input
+	}
+	agg := t.predictLocked(ins)
+	for i, a := range agg {
+		d := a.Effect - held[i].Effect
+		if d < 0 {
+			d = -d
+		}
+		t.heldout = append(t.heldout, HeldoutRecord{Label: held[i].Label, Pred: LabelIndex(a.Label), AbsErr: d})
+	}
+}
+
+// housekeeping flushes rows when due and checkpoints when due (or when final
+// and anything was consumed since the last checkpoint).
+func (t *Trainer) housekeeping(ctx context.Context, final bool) error {
+	due := t.dirty && (final || t.stepsSinceCk >= t.cfg.CheckpointEvery || time.Since(t.lastCkpt) >= t.cfg.CheckpointInterval)
+	if len(t.rows) > 0 && (due || final || time.Since(t.rowsSince) >= t.cfg.RowFlushInterval) {
+		if err := t.flushRows(ctx); err != nil {
+			return err
+		}
+	}
+	if due {
+		return t.checkpoint(ctx)
+	}
+	return nil
+}
+
+// flushRows writes buffered trainer_steps rows in one batch, retrying
+// transient failures for up to a minute.
+func (t *Trainer) flushRows(ctx context.Context) error {
+	op := func() error {
+		b, err := t.ch.PrepareBatch(ctx, stepsInsert)
+		if err != nil {
+			return classify(err)
+		}
+		for _, r := range t.rows {
+			if err := b.Append(t.cfg.Name, r.modelVersion, r.step, r.samples, r.ids, r.hash, r.l.Total, r.l.NLL, r.l.CE,
+				r.h.Acc, r.h.MacroF1, r.h.MAE, r.sv50, r.sv95, r.sm50, r.sm95, r.droppedStale, t.device, r.writtenAt); err != nil {
+				_ = b.Abort()
+				return backoff.Permanent(fmt.Errorf("append step %d: %w", r.step, err))
+			}
+		}
+		return classify(b.Send())
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, time.Minute
+	if err := backoff.Retry(op, backoff.WithContext(bo, ctx)); err != nil {
+		return fmt.Errorf("write %d trainer_steps rows: %w", len(t.rows), err)
+	}
+	t.rows = t.rows[:0]
+	return nil
+}
+
+func classify(err error) error {
+	if err != nil && !chx.Retryable(err) {
+		return backoff.Permanent(err)
+	}
+	return err
+}
+
+// checkpoint writes a checkpoint of the current state, then publishes it and
+// commits the group's offsets (monitoring only).
+func (t *Trainer) checkpoint(ctx context.Context) error {
+	start := time.Now()
+	idx := max(t.index, t.store.MaxIndex()) + 1
+	ck := &Checkpoint{
+		Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", t.cfg.Name, idx), Step: t.step, SamplesTrained: t.trained,
+		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells,
+		Heldout: t.heldout, CreatedAt: time.Now().UTC(),
+	}
+	for p, o := range t.offsets {
+		ck.Offsets[p] = o
+	}
+	t.mu.Lock()
+	for _, m := range t.models {
+		ck.Models = append(ck.Models, m.State())
+	}
+	t.mu.Unlock()
+	path, err := t.store.Save(ck)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.modelVersion = ck.ModelVersion
+	t.mu.Unlock()
+	t.index = idx
+	t.dirty = false
+	t.stepsSinceCk = 0
+	t.lastCkpt = time.Now()
+	t.metrics.checkpoints.Inc()
+	t.log.Info().Str("path", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
+		Interface("offsets", ck.Offsets).Dur("took", time.Since(start)).Msg("checkpoint written")
+	t.publish(ctx, ck)
+	if t.gen != nil {
+		commit := map[int]int64{}
+		for _, a := range t.gen.Assignments[t.cfg.Topic] {
+			if o, ok := t.offsets[int32(a.ID)]; ok {
+				commit[a.ID] = o
+			}
+		}
+		if err := t.gen.CommitOffsets(map[string]map[int]int64{t.cfg.Topic: commit}); err != nil {
+			t.log.Warn().Err(err).Msg("commit group offsets (monitoring only) failed")
+		}
+	}
+	return nil
+}
+
+// publish sends ck's checkpoint_published event (at least once; its event id
+// is the model version, so consumers dedupe).
+func (t *Trainer) publish(ctx context.Context, ck *Checkpoint) {
+	ev := &schemas.CheckpointPublished{ModelVersion: ck.ModelVersion, Step: ck.Step, SamplesTrained: ck.SamplesTrained}
+	ev.EventID = "checkpoint:" + ck.ModelVersion
+	ev.EventTime = ck.CreatedAt
+	ev.Source = "trainer:" + t.cfg.Name
+	for p, o := range ck.Offsets {
+		ev.Offsets = append(ev.Offsets, schemas.TopicOffset{Topic: ck.Topic, Partition: p, Offset: o})
+	}
+	hm := Summarize(ck.Heldout)
+	ev.Metrics = map[string]float64{"heldout_acc": hm.Acc, "heldout_macro_f1": hm.MacroF1, "heldout_mae": hm.MAE, "heldout_n": float64(hm.N)}
+	b, err := schemas.Encode(ev)
+	if err == nil {
+		err = t.writer.WriteMessages(ctx, kafka.Message{Key: []byte(ev.PartitionKey()), Value: b})
+	}
+	if err != nil {
+		t.log.Warn().Err(err).Str("model_version", ck.ModelVersion).Msg("publish checkpoint_published failed (checkpoint is durable)")
+	}
+}
+
+func (t *Trainer) serveHTTP(ctx context.Context) error {
+	if err := obs.Serve(ctx, t.cfg.Listen, t.Handler(), t.httpReady); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http %s: %w", t.cfg.Listen, err)
+	}
+	return nil
+}
+
+// Handler returns the trainer's HTTP handler: /v1/score, /healthz, /metrics.
+func (t *Trainer) Handler() http.Handler {
+	mux := obs.Mux(t.reg, func() error {
+		if !t.ready.Load() {
+			return errors.New("restoring checkpoint")
+		}
+		return nil
+	})
+	mux.HandleFunc("/v1/score", t.handleScore)
+	return mux
+}

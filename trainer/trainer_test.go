@@ -1,0 +1,392 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/trainer/backend"
+)
+
+func smallModel() ModelConfig {
+	return ModelConfig{Buckets: 1 << 12, CatBuckets: 16, Dim: 16, Hidden: 16, LR: 0.01}
+}
+
+// trainedIDs returns every sample id in the trainer's trainer_steps rows
+// (FINAL), with repetitions.
+func trainedIDs(t *testing.T, ch *testenv.CH, name string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := ch.Conn.Query(ctx, "SELECT arrayJoin(sample_ids) AS id FROM trainer_steps FINAL WHERE trainer = ?", name)
+	if err != nil {
+		if strings.Contains(err.Error(), "doesn't exist") {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
+	addr := broker(t)
+	ch := testenv.ClickHouse(t)
+	dir := t.TempDir()
+	cfg := Config{
+		Brokers: []string{addr}, ClickHouse: ch.Addr, Database: ch.Database, Name: "eo", Group: "eo",
+		CheckpointDir: dir, CheckpointEvery: 4, CheckpointInterval: 300 * time.Millisecond,
+		BatchSize: 16, BatchAge: 30 * time.Millisecond, Device: "cpu", Listen: "off",
+		Model: smallModel(), RowFlushInterval: 20 * time.Millisecond, SessionTimeout: 500 * time.Millisecond,
+		DedupWindow: 100000,
+	}
+	raw, _ := json.Marshal(cfg)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() (*exec.Cmd, *bytes.Buffer) {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+		var logs bytes.Buffer
+		cmd.Stderr = &logs
+		cmd.Stdout = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, &logs
+	}
+
+	r := rand.New(rand.NewPCG(11, 12))
+	var all []*schemas.LabeledSample
+	next := 0
+	emit := func(n int) {
+		batch := genSamples(r, next, n)
+		next += n
+		// Redeliveries: re-send a few earlier samples (same sample_id).
+		for i := 0; i < n/10 && len(all) > 0; i++ {
+			batch = append(batch, all[r.IntN(len(all))])
+		}
+		all = append(all, batch...)
+		produce(t, addr, batch)
+	}
+	emit(400)
+	var logs []*bytes.Buffer
+	const kills = 4
+	for k := 0; k < kills; k++ {
+		cmd, lb := start()
+		logs = append(logs, lb)
+		before := len(trainedIDs(t, ch, cfg.Name))
+		// Wait until this incarnation trains something, then kill it at a
+		// random moment while more samples stream in.
+		waitFor(t, 60*time.Second, "progress before kill", func() (bool, string) {
+			n := len(trainedIDs(t, ch, cfg.Name))
+			return n > before, fmt.Sprintf("%d ids (was %d)", n, before)
+		})
+		emit(200)
+		time.Sleep(time.Duration(r.IntN(400)) * time.Millisecond) // random kill point, not a wait for a condition
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+	}
+	emit(200)
+	want := map[string]bool{}
+	for _, s := range all {
+		if !IsHeldOut(s.SampleID, 0.1) {
+			want[s.SampleID] = true
+		}
+	}
+	cmd, lb := start()
+	logs = append(logs, lb)
+	defer func() {
+		if t.Failed() {
+			for i, l := range logs {
+				t.Logf("incarnation %d log tail:\n%s", i, tail(l.String(), 3000))
+			}
+		}
+	}()
+	var got []string
+	waitFor(t, 90*time.Second, "every sample trained exactly once", func() (bool, string) {
+		got = trainedIDs(t, ch, cfg.Name)
+		uniq := map[string]bool{}
+		for _, id := range got {
+			uniq[id] = true
+		}
+		return len(uniq) == len(want) && len(got) == len(want), fmt.Sprintf("%d rows of ids, %d unique, want %d", len(got), len(uniq), len(want))
+	})
+	_ = cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("trainer exit after SIGINT: %v", err)
+	}
+	sort.Strings(got)
+	for i, id := range got {
+		if !want[id] {
+			t.Fatalf("trained %s, which is not an expected sample (held out or unknown)", id)
+		}
+		if i > 0 && got[i-1] == id {
+			t.Fatalf("sample %s trained twice", id)
+		}
+	}
+	// The checkpoint after SIGINT covers everything: its frontier is the end
+	// of every partition.
+	ck, _, err := (&CheckpointStore{dir: dir, keep: 3, log: zerolog.Nop()}).LoadLatest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, o := range ck.Offsets {
+		total += o
+	}
+	if total != int64(len(all)) {
+		t.Fatalf("final checkpoint frontier covers %d messages, produced %d", total, len(all))
+	}
+	if ck.SamplesTrained != int64(len(want)) {
+		t.Fatalf("checkpoint says %d samples trained, want %d", ck.SamplesTrained, len(want))
+	}
+	restarts := 0
+	for _, l := range logs {
+		if strings.Contains(l.String(), "restored checkpoint") {
+			restarts++
+		}
+	}
+	if restarts < kills-1 {
+		t.Fatalf("only %d of %d restarts restored a checkpoint", restarts, kills)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
+	addr := broker(t)
+	ch := testenv.ClickHouse(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	samples := genSamples(r, 0, 3000)
+	produce(t, addr, samples)
+	ready := make(chan string, 1)
+	tr, err := New(Config{
+		Brokers: []string{addr}, ClickHouse: ch.Addr, Database: ch.Database, Name: "learn", Group: "learn",
+		CheckpointDir: t.TempDir(), CheckpointEvery: 50, BatchSize: 32, BatchAge: 50 * time.Millisecond,
+		Listen: "127.0.0.1:0", Ensemble: 3, Seed: 5, Lambda: 0.5, Model: smallModel(), SessionTimeout: time.Second,
+		HeldoutFraction: 0.15,
+	}, WithHTTPReady(ready), WithLogger(zerolog.Nop()), WithBackend(backend.NewCPU()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	var httpAddr string
+	select {
+	case httpAddr = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no HTTP listener")
+	}
+	want := 0
+	for _, s := range samples {
+		if !IsHeldOut(s.SampleID, 0.15) {
+			want++
+		}
+	}
+	waitFor(t, 90*time.Second, "all samples trained", func() (bool, string) {
+		n := len(trainedIDs(t, ch, "learn"))
+		return n == want, fmt.Sprintf("%d of %d", n, want)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Loss falls and held-out accuracy clearly beats the majority class, as
+	// recorded in trainer_steps.
+	qctx, qcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer qcancel()
+	rows, err := ch.Conn.Query(qctx, "SELECT step, loss, heldout_acc, staleness_versions_p95, model_version, device FROM trainer_steps FINAL WHERE trainer = 'learn' ORDER BY step")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses, accs []float64
+	var lastVersion, device string
+	for rows.Next() {
+		var step uint64
+		var loss, acc, sv float64
+		if err := rows.Scan(&step, &loss, &acc, &sv, &lastVersion, &device); err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, loss)
+		accs = append(accs, acc)
+	}
+	rows.Close()
+	if len(losses) < 20 {
+		t.Fatalf("only %d steps", len(losses))
+	}
+	mean := func(xs []float64) float64 {
+		var s float64
+		for _, x := range xs {
+			s += x
+		}
+		return s / float64(len(xs))
+	}
+	first, last := mean(losses[:5]), mean(losses[len(losses)-5:])
+	var counts [3]int
+	for _, s := range samples {
+		counts[LabelIndex(s.Label)]++
+	}
+	majority := float64(max(counts[0], counts[1], counts[2])) / float64(len(samples))
+	acc := accs[len(accs)-1]
+	t.Logf("%d steps; loss %.3f -> %.3f; held-out acc %.3f (majority %.3f); last model version %s; device %s", len(losses), first, last, acc, majority, lastVersion, device)
+	if !(last < first-0.5) {
+		t.Errorf("loss did not fall: %.3f -> %.3f", first, last)
+	}
+	if acc < majority+0.25 {
+		t.Errorf("held-out accuracy %.3f does not clearly beat the majority class %.3f", acc, majority)
+	}
+	if !strings.HasPrefix(lastVersion, "learn-v") || !strings.Contains(device, "cpu") {
+		t.Errorf("row model_version %q device %q", lastVersion, device)
+	}
+
+	// /v1/score answers from the trained ensemble (the HTTP server is gone;
+	// score through a fresh server on the same trainer's handler).
+	srvCtx, srvCancel := context.WithCancel(context.Background())
+	defer srvCancel()
+	tr.cfg.Listen = "127.0.0.1:0"
+	ready2 := make(chan string, 1)
+	tr.httpReady = ready2
+	go func() { _ = tr.serveHTTP(srvCtx) }()
+	httpAddr = <-ready2
+	score := func(update string) Score {
+		body, _ := json.Marshal(ScoreRequest{Input: Input{Update: update, Kind: "skill", Evolver: "evolver-1", Agent: "agent-1", Benchmark: "swe", Query: "task 3 failed"}})
+		resp, err := http.Post("http://"+httpAddr+"/v1/score", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("score status %d", resp.StatusCode)
+		}
+		var s Score
+		if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	pos, neg := score("plan steps memoize the output"), score("plan steps skiptests the output")
+	t.Logf("positive: %+v", pos)
+	if pos.Ensemble != 3 || len(pos.Members) != 3 || pos.Votes["positive"]+pos.Votes["neutral"]+pos.Votes["negative"] != 3 {
+		t.Fatalf("ensemble answer malformed: %+v", pos)
+	}
+	if pos.Label != "positive" || neg.Label != "negative" || !(pos.Effect > 0.15 && neg.Effect < -0.15) {
+		t.Fatalf("scores do not reflect the learned feature: pos %+v neg %+v", pos, neg)
+	}
+	if d := pos.Reward - (pos.Effect - 0.5*pos.Std); d > 1e-9 || d < -1e-9 || pos.ModelVersion == "" || pos.ModelVersion == "learn-v0" {
+		t.Fatalf("reward/model version wrong: %+v", pos)
+	}
+	resp, err := http.Post("http://"+httpAddr+"/v1/score", "application/json", strings.NewReader(`{"kind":"skill"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("empty update: status %d, want 400", resp.StatusCode)
+	}
+}
+
+func TestCheckpointCorruptionFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	store, err := NewCheckpointStore(dir, 3, zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := NewModel(backend.NewCPU(), tinyConfig(1))
+	for i := int64(1); i <= 4; i++ {
+		ck := &Checkpoint{Index: i, ModelVersion: fmt.Sprintf("x-v%d", i), Step: i * 10, Topic: "t",
+			Offsets: map[int32]int64{0: i, 3: 2 * i}, Recent: []string{"a", "b"}, Models: []ModelState{m.State()}}
+		if _, err := store.Save(ck); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 3 {
+		t.Fatalf("kept %d files, want 3", len(ents))
+	}
+	// Truncate the newest.
+	newest := filepath.Join(dir, FileName(4))
+	st, _ := os.Stat(newest)
+	if err := os.Truncate(newest, st.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	ck, path, err := store.LoadLatest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.Index != 3 || ck.Step != 30 || ck.Offsets[3] != 6 || path != filepath.Join(dir, FileName(3)) {
+		t.Fatalf("fell back to %s (index %d step %d)", path, ck.Index, ck.Step)
+	}
+	if !strings.Contains(logs.String(), "is corrupt (checkpoint corrupt: truncated") || !strings.Contains(logs.String(), "falling back to "+path) {
+		t.Fatalf("fallback not reported: %s", logs.String())
+	}
+	if store.MaxIndex() != 4 {
+		t.Fatalf("MaxIndex %d: a new version must not reuse the corrupt file's number", store.MaxIndex())
+	}
+	// Flip one byte in the middle of the next one: checksum mismatch.
+	p3 := filepath.Join(dir, FileName(3))
+	b, _ := os.ReadFile(p3)
+	b[len(b)-10] ^= 0xff
+	if err := os.WriteFile(p3, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck, _, err = store.LoadLatest()
+	if err != nil || ck.Index != 2 {
+		t.Fatalf("second fallback: %v %v", ck, err)
+	}
+	if !strings.Contains(logs.String(), "sha256 mismatch") {
+		t.Fatalf("checksum failure not reported: %s", logs.String())
+	}
+	// The restored state is the saved state.
+	m2, _ := NewModel(backend.NewCPU(), tinyConfig(2))
+	if err := m2.Restore(ck.Models[0]); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(m2.State().Params) != fmt.Sprint(m.State().Params) {
+		t.Fatal("restored weights differ")
+	}
+	os.Remove(filepath.Join(dir, FileName(2)))
+	os.Remove(p3)
+	os.Remove(newest)
+	if _, _, err := store.LoadLatest(); err != ErrNoCheckpoint {
+		t.Fatalf("empty dir: %v", err)
+	}
+}
