@@ -1,0 +1,51 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/producers/ingest"
+)
+
+func init() { register(newIngestCmd) }
+
+func newIngestCmd() *cobra.Command {
+	var brokers string
+	var cfg ingest.Config
+	cmd := &cobra.Command{
+		Use:   "ingest --tokens FILE",
+		Short: "Run the HTTP gateway that takes events from agents in any language",
+		Long: `ingest serves POST /v1/events: one JSON event, a JSON array of events, or NDJSON,
+with "Authorization: Bearer TOKEN". The tokens file has one "TOKEN PROJECT" pair per
+line (# comments and blank lines allowed); an event's project must be the token's
+(an event without one gets it). Answers: 202 {"accepted": N} once the brokers
+acknowledged every event; 400 with [{index, error}] when any event is invalid
+(nothing of the request is produced); 401 without a known token; 403 on a project
+mismatch; 413 above --max-body. Also serves /healthz and /metrics.`,
+		Example: "  harnessflow ingest --brokers 127.0.0.1:9092 --listen 127.0.0.1:8080 --tokens tokens.txt\n" +
+			"  curl -H 'Authorization: Bearer T' --data-binary @events.ndjson http://127.0.0.1:8080/v1/events",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logx.New("ingest")
+			cfg.Brokers = kafkax.ParseBrokers(brokers)
+			srv, err := ingest.New(cfg, ingest.WithLogger(log))
+			if err != nil {
+				return withCode(2, err)
+			}
+			if err := srv.Run(cmd.Context()); err != nil {
+				return withCode(2, err)
+			}
+			log.Info().Msg("ingest stopped")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP host:port to listen on")
+	f.StringVar(&cfg.TokensFile, "tokens", "", "file of \"TOKEN PROJECT\" lines (required)")
+	f.Int64Var(&cfg.MaxBody, "max-body", 8<<20, "largest request body in bytes")
+	f.IntVar(&cfg.MaxEvents, "max-events", 10000, "most events in one request")
+	f.DurationVar(&cfg.DeliveryTimeout, "delivery-timeout", 0, "how long a request waits for acknowledgement (0: 30s)")
+	return cmd
+}

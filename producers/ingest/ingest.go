@@ -1,0 +1,411 @@
+// Package ingest is harnessflow's HTTP gateway for agents in any language:
+// POST /v1/events takes one JSON event, a JSON array of events or NDJSON,
+// authenticated by a bearer token scoped to a project, validates every event
+// and answers 202 only once the brokers acknowledged all of them. It also
+// serves /healthz and Prometheus /metrics.
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/obs"
+	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Source is the envelope source the gateway sets on events that have none.
+const Source = "ingest"
+
+// Config configures the gateway. Zero fields take the documented defaults.
+type Config struct {
+	// Brokers to produce to. Required.
+	Brokers []string
+	// Listen is the HTTP host:port; port 0 picks a free port (see Addr).
+	// Default: 127.0.0.1:8080.
+	Listen string
+	// Tokens maps bearer token → project. Merged with TokensFile (a token in
+	// both takes this map's project). Default: none.
+	Tokens map[string]string
+	// TokensFile is a file of "TOKEN PROJECT" lines (see LoadTokens).
+	// Default: "" (none). At least one token must come from either.
+	TokensFile string
+	// MaxBody caps a request body in bytes; above it the answer is 413.
+	// Default: 8 MiB.
+	MaxBody int64
+	// MaxEvents caps the events of one request; above it the answer is 413.
+	// Default: 10000.
+	MaxEvents int
+	// DeliveryTimeout bounds how long a request waits for the brokers to
+	// acknowledge its events; then it fails with 503. Default: 30s.
+	DeliveryTimeout time.Duration
+	// Limits caps field and event sizes. Default: schemas.DefaultLimits().
+	Limits schemas.Limits
+}
+
+func (c *Config) setDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 8 << 20
+	}
+	if c.MaxEvents == 0 {
+		c.MaxEvents = 10000
+	}
+	if c.DeliveryTimeout == 0 {
+		c.DeliveryTimeout = 30 * time.Second
+	}
+	if c.Limits == (schemas.Limits{}) {
+		c.Limits = schemas.DefaultLimits()
+	}
+}
+
+// Validate reports every problem of the configuration, joined. Tokens from
+// TokensFile are not loaded here (New does).
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, kafkax.ErrNoBrokers)
+	}
+	if len(c.Tokens) == 0 && c.TokensFile == "" {
+		errs = append(errs, ErrNoTokens)
+	}
+	if c.MaxBody < 1 {
+		errs = append(errs, fmt.Errorf("max body %d: must be positive", c.MaxBody))
+	}
+	if c.MaxEvents < 1 {
+		errs = append(errs, fmt.Errorf("max events %d: must be positive", c.MaxEvents))
+	}
+	if c.DeliveryTimeout < 0 {
+		errs = append(errs, fmt.Errorf("delivery timeout %s: must not be negative", c.DeliveryTimeout))
+	}
+	for tok, proj := range c.Tokens {
+		if tok == "" || proj == "" {
+			errs = append(errs, errors.New("tokens: empty token or project"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Option is an optional collaborator of New.
+type Option func(*options)
+
+type options struct {
+	log zerolog.Logger
+	reg *prometheus.Registry
+}
+
+// WithLogger sets the logger. Default: a disabled logger.
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithRegistry sets the Prometheus registry the gateway's metrics are
+// registered in and /metrics serves. Default: a new obs.NewRegistry().
+func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.reg = r } }
+
+// Server is the ingest gateway. Its methods are safe for concurrent use; Run
+// is called once.
+type Server struct {
+	cfg    Config
+	log    zerolog.Logger
+	reg    *prometheus.Registry
+	tokens *tokenSet
+	prod   *producers.Producer
+
+	ready   chan struct{}
+	addr    atomic.Value // string
+	running atomic.Bool
+	once    sync.Once
+
+	requests   *prometheus.CounterVec
+	events     prometheus.Counter
+	rejections *prometheus.CounterVec
+	latency    prometheus.Histogram
+}
+
+// New validates cfg, loads the tokens and prepares the gateway; Run serves.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ingest config: %w", err)
+	}
+	o := options{log: zerolog.Nop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.reg == nil {
+		o.reg = obs.NewRegistry()
+	}
+	tokens := map[string]string{}
+	if cfg.TokensFile != "" {
+		ft, err := LoadTokens(cfg.TokensFile)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range ft {
+			tokens[k] = v
+		}
+	}
+	for k, v := range cfg.Tokens {
+		tokens[k] = v
+	}
+	if len(tokens) == 0 {
+		return nil, ErrNoTokens
+	}
+	prod, err := producers.New(producers.Config{
+		Brokers: cfg.Brokers, Source: Source, Limits: cfg.Limits, MaxElapsedTime: cfg.DeliveryTimeout,
+	}, producers.WithLogger(o.log))
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, log: o.log, reg: o.reg, tokens: newTokenSet(tokens), prod: prod,
+		ready: make(chan struct{}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "harnessflow_ingest_requests_total", Help: "Requests to /v1/events by HTTP status code.",
+		}, []string{"code"}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "harnessflow_ingest_events_total", Help: "Events accepted and acknowledged by the brokers.",
+		}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "harnessflow_ingest_rejections_total", Help: "Rejected requests to /v1/events by reason.",
+		}, []string{"reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "harnessflow_ingest_request_duration_seconds", Help: "Latency of /v1/events requests, acknowledgement included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+	}
+	for _, c := range []prometheus.Collector{s.requests, s.events, s.rejections, s.latency} {
+		if err := s.reg.Register(c); err != nil {
+			_ = prod.Close(context.Background())
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery} {
+		s.rejections.WithLabelValues(r)
+	}
+	return s, nil
+}
+
+// Rejection reasons (label of harnessflow_ingest_rejections_total).
+const (
+	reasonMethod       = "method"
+	reasonUnauthorized = "unauthorized"
+	reasonForbidden    = "forbidden"
+	reasonTooLarge     = "too_large"
+	reasonInvalid      = "invalid"
+	reasonDelivery     = "delivery"
+)
+
+// Run creates the topics if needed, serves until ctx ends, then drains the
+// producer. It returns an error if the listener or the brokers fail at start.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("ingest: Run called twice")
+	}
+	defer s.closeProducer()
+	if err := kafkax.EnsureAllTopics(ctx, s.cfg.Brokers); err != nil {
+		return err
+	}
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- obs.Serve(ctx, s.cfg.Listen, s.Handler(), addrc) }()
+	select {
+	case a := <-addrc:
+		s.addr.Store(a)
+		close(s.ready)
+		s.log.Info().Str("addr", a).Msg("ingest listening")
+	case err := <-errc:
+		return fmt.Errorf("ingest listen on %s: %w", s.cfg.Listen, err)
+	}
+	return <-errc
+}
+
+func (s *Server) closeProducer() {
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.prod.Close(ctx); err != nil {
+			s.log.Error().Err(err).Msg("close producer")
+		}
+	})
+}
+
+// Ready is closed once the gateway listens (Addr is then valid).
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Addr is the address the gateway listens on; "" before Ready.
+func (s *Server) Addr() string {
+	a, _ := s.addr.Load().(string)
+	return a
+}
+
+// Handler returns the gateway's HTTP handler: /v1/events, /healthz, /metrics.
+func (s *Server) Handler() http.Handler {
+	mux := obs.Mux(s.reg, nil)
+	mux.HandleFunc("/v1/events", s.handleEvents)
+	return mux
+}
+
+// ItemError is one rejected item of a request body (the 400 and 403 answers
+// are a JSON list of them).
+type ItemError struct {
+	Index int    `json:"index"`
+	Error string `json:"error"`
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code, reason, n := s.events1(w, r)
+	s.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	s.latency.Observe(time.Since(start).Seconds())
+	if reason != "" {
+		s.rejections.WithLabelValues(reason).Inc()
+	}
+	if n > 0 {
+		s.events.Add(float64(n))
+	}
+	s.log.Debug().Int("code", code).Str("reason", reason).Int("events", n).Dur("took", time.Since(start)).Msg("request")
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// events1 answers one request and returns the status, the rejection reason
+// ("" when accepted) and the number of accepted events.
+func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, int) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{"use POST"})
+		return http.StatusMethodNotAllowed, reasonMethod, 0
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	project, known := s.tokens.project(strings.TrimSpace(tok))
+	if !ok || !known {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="harnessflow"`)
+		writeJSON(w, http.StatusUnauthorized, errorBody{"missing or unknown bearer token"})
+		return http.StatusUnauthorized, reasonUnauthorized, 0
+	}
+	tooLarge := func() (int, string, int) {
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{fmt.Sprintf("request body is over the %d-byte cap", s.cfg.MaxBody)})
+		return http.StatusRequestEntityTooLarge, reasonTooLarge, 0
+	}
+	if r.ContentLength > s.cfg.MaxBody {
+		return tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge()
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody{"read body: " + err.Error()})
+		return http.StatusBadRequest, reasonInvalid, 0
+	}
+	items, ierr := splitItems(body)
+	if ierr != nil {
+		writeJSON(w, http.StatusBadRequest, []ItemError{*ierr})
+		return http.StatusBadRequest, reasonInvalid, 0
+	}
+	if len(items) > s.cfg.MaxEvents {
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{fmt.Sprintf("%d events, over the %d-event cap of one request", len(items), s.cfg.MaxEvents)})
+		return http.StatusRequestEntityTooLarge, reasonTooLarge, 0
+	}
+	evs := make([]schemas.Event, 0, len(items))
+	var invalid, forbidden []ItemError
+	for i, raw := range items {
+		ev, err := schemas.ParseJSON(raw, s.cfg.Limits)
+		if err != nil {
+			invalid = append(invalid, ItemError{i, err.Error()})
+			continue
+		}
+		h := ev.Header()
+		switch {
+		case h.Project == "":
+			h.Project = project
+		case h.Project != project:
+			forbidden = append(forbidden, ItemError{i, fmt.Sprintf("project %q is not this token's project", h.Project)})
+		}
+		if h.Source == "" {
+			h.Source = Source
+		}
+		evs = append(evs, ev)
+	}
+	if len(forbidden) > 0 {
+		writeJSON(w, http.StatusForbidden, forbidden)
+		return http.StatusForbidden, reasonForbidden, 0
+	}
+	if len(invalid) > 0 {
+		writeJSON(w, http.StatusBadRequest, invalid)
+		return http.StatusBadRequest, reasonInvalid, 0
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DeliveryTimeout)
+	defer cancel()
+	if err := s.prod.EmitSync(ctx, evs...); err != nil {
+		var ie *producers.InvalidEventError
+		if errors.As(err, &ie) {
+			writeJSON(w, http.StatusBadRequest, []ItemError{{ie.Index, ie.Err.Error()}})
+			return http.StatusBadRequest, reasonInvalid, 0
+		}
+		s.log.Error().Err(err).Int("events", len(evs)).Msg("delivery failed")
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{"events not acknowledged by the brokers: " + err.Error()})
+		return http.StatusServiceUnavailable, reasonDelivery, 0
+	}
+	writeJSON(w, http.StatusAccepted, map[string]int{"accepted": len(evs)})
+	return http.StatusAccepted, "", len(evs)
+}
+
+// splitItems splits a body into its events: one JSON object, a JSON array of
+// objects, or several objects separated by newlines (NDJSON).
+func splitItems(body []byte) ([]json.RawMessage, *ItemError) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil, &ItemError{0, "empty body: send a JSON event, an array of events or NDJSON"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var vals []json.RawMessage
+	for {
+		var v json.RawMessage
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, &ItemError{len(vals), "malformed JSON: " + err.Error()}
+		}
+		vals = append(vals, v)
+	}
+	if len(vals) == 1 && len(vals[0]) > 0 && vals[0][0] == '[' {
+		var arr []json.RawMessage
+		if err := json.Unmarshal(vals[0], &arr); err != nil {
+			return nil, &ItemError{0, "malformed JSON array: " + err.Error()}
+		}
+		if len(arr) == 0 {
+			return nil, &ItemError{0, "empty array: no events"}
+		}
+		return arr, nil
+	}
+	return vals, nil
+}

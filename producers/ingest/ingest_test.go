@@ -1,0 +1,224 @@
+package ingest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/producers/ingest"
+	"github.com/harnessflow/harnessflow/producers/producerstest"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+type gateway struct {
+	t    *testing.T
+	url  string
+	addr string // broker
+}
+
+func startGateway(t *testing.T, maxBody int64) *gateway {
+	t.Helper()
+	b := testenv.Kafka(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("# agents\ntok-a projA\n\n  tok-b\tprojB  \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Listen: "127.0.0.1:0", TokensFile: tokens, MaxBody: maxBody})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway not ready after 30s")
+	}
+	return &gateway{t: t, url: "http://" + srv.Addr(), addr: b.Addr()}
+}
+
+func (g *gateway) post(token, body string) (int, []byte) {
+	g.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.url+"/v1/events", strings.NewReader(body))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (g *gateway) stored() []schemas.Event {
+	g.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []schemas.Event
+	for _, topic := range schemas.RawTopics {
+		msgs, err := producerstest.ReadTopic(ctx, g.addr, topic)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		for _, m := range msgs {
+			ev, err := schemas.Decode(m.Value)
+			if err != nil {
+				g.t.Fatal(err)
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func jsonOf(t *testing.T, ev schemas.Event) string {
+	t.Helper()
+	b, err := schemas.MarshalJSON(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestIngestAnswers(t *testing.T) {
+	g := startGateway(t, 16<<10)
+	one := producerstest.TaskAttempt(1, "")
+	one.Source = ""
+	single := jsonOf(t, one)
+
+	// 401: no token, unknown token.
+	if code, _ := g.post("", single); code != http.StatusUnauthorized {
+		t.Fatalf("no token: %d, want 401", code)
+	}
+	if code, _ := g.post("tok-zzz", single); code != http.StatusUnauthorized {
+		t.Fatalf("unknown token: %d, want 401", code)
+	}
+	// 403: another project's event.
+	if code, body := g.post("tok-b", single[:len(single)-1]+`,"project":"projA"}`); code != http.StatusForbidden {
+		t.Fatalf("project mismatch: %d %s, want 403", code, body)
+	}
+	// 202, single object without project: the gateway fills it.
+	if code, body := g.post("tok-a", single); code != http.StatusAccepted || string(body) != "{\"accepted\":1}\n" {
+		t.Fatalf("single: %d %s, want 202 {\"accepted\":1}", code, body)
+	}
+	evs := g.stored()
+	if len(evs) != 1 {
+		t.Fatalf("%d events stored, want 1", len(evs))
+	}
+	if h := evs[0].Header(); h.Project != "projA" || h.Source != ingest.Source {
+		t.Fatalf("envelope %+v: want project projA and source ingest", h)
+	}
+
+	// 202, array and NDJSON.
+	arr := []string{jsonOf(t, producerstest.Event(schemas.TypeCellStarted, 2, "projA")),
+		jsonOf(t, producerstest.Event(schemas.TypeSkillEvent, 3, "")),
+		jsonOf(t, producerstest.Event(schemas.TypeHarnessUpdate, 4, "projA"))}
+	if code, body := g.post("tok-a", "["+strings.Join(arr, ",")+"]"); code != http.StatusAccepted || string(body) != "{\"accepted\":3}\n" {
+		t.Fatalf("array: %d %s", code, body)
+	}
+	nd := jsonOf(t, producerstest.Event(schemas.TypeCellFinished, 5, "projB")) + "\n" +
+		jsonOf(t, producerstest.Event(schemas.TypeAdherenceJudgment, 6, "")) + "\n"
+	if code, body := g.post("tok-b", nd); code != http.StatusAccepted || string(body) != "{\"accepted\":2}\n" {
+		t.Fatalf("ndjson: %d %s", code, body)
+	}
+	if n := len(g.stored()); n != 6 {
+		t.Fatalf("%d events stored, want 6", n)
+	}
+
+	// 400: one bad item among good ones; nothing of the request produced.
+	bad := producerstest.TaskAttempt(8, "projA")
+	bad.Status = "exploded"
+	body := "[" + jsonOf(t, producerstest.TaskAttempt(7, "projA")) + "," + jsonOf(t, bad) + "," + jsonOf(t, producerstest.TaskAttempt(9, "")) + "]"
+	code, resp := g.post("tok-a", body)
+	if code != http.StatusBadRequest {
+		t.Fatalf("invalid item: %d %s, want 400", code, resp)
+	}
+	var items []ingest.ItemError
+	if err := json.Unmarshal(resp, &items); err != nil || len(items) != 1 || items[0].Index != 1 || !strings.Contains(items[0].Error, "status") {
+		t.Fatalf("400 body %s (%v): want [{index:1, error about status}]", resp, err)
+	}
+	if code, resp := g.post("tok-a", `{"type":"task_attempt"`); code != http.StatusBadRequest || !bytes.Contains(resp, []byte(`"index":0`)) {
+		t.Fatalf("malformed: %d %s, want 400 with index 0", code, resp)
+	}
+	// 413: body above the cap.
+	big := make([]string, 0, 200)
+	for i := 0; i < 200; i++ {
+		big = append(big, jsonOf(t, producerstest.TaskAttempt(100+i, "projA")))
+	}
+	if code, _ := g.post("tok-a", strings.Join(big, "\n")); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("big body: %d, want 413", code)
+	}
+	if n := len(g.stored()); n != 6 {
+		t.Fatalf("%d events stored after rejected requests, want still 6", n)
+	}
+
+	// /healthz and /metrics.
+	resp2, err := http.Get(g.url + "/healthz")
+	if err != nil || resp2.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", resp2, err)
+	}
+	resp2.Body.Close()
+	resp2, err = http.Get(g.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp2.Body)
+	resp2.Body.Close()
+	for _, want := range []string{
+		`harnessflow_ingest_requests_total{code="202"} 3`,
+		`harnessflow_ingest_requests_total{code="401"} 2`,
+		`harnessflow_ingest_events_total 6`,
+		`harnessflow_ingest_rejections_total{reason="unauthorized"} 2`,
+		`harnessflow_ingest_rejections_total{reason="forbidden"} 1`,
+		`harnessflow_ingest_rejections_total{reason="invalid"} 2`,
+		`harnessflow_ingest_rejections_total{reason="too_large"} 1`,
+		`harnessflow_ingest_request_duration_seconds_count 9`,
+	} {
+		if !strings.Contains(string(m), want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestLoadTokensAndConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte("# c\n\nt1 p1\nt2 p2\n"), 0o600)
+	m, err := ingest.LoadTokens(good)
+	if err != nil || len(m) != 2 || m["t1"] != "p1" || m["t2"] != "p2" {
+		t.Fatalf("LoadTokens: %v %v", m, err)
+	}
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, []byte("t1 p1\nlonely\nt1 p3\n"), 0o600)
+	_, err = ingest.LoadTokens(bad)
+	if !errors.Is(err, ingest.ErrBadTokensFile) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("bad file: %v, want errors on lines 2 and 3", err)
+	}
+	_, err = ingest.New(ingest.Config{})
+	if !errors.Is(err, ingest.ErrNoTokens) || !strings.Contains(err.Error(), "brokers") {
+		t.Fatalf("empty config: %v, want every problem", err)
+	}
+}
