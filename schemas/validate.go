@@ -33,6 +33,7 @@ func Validate(ev Event, lim Limits) error {
 	enumOK := true
 	for i := range ti.fields {
 		f := &ti.fields[i]
+		v.bound += 16 // union index, array block counts
 		switch f.kind {
 		case kString, kNullString, kEnum:
 			s := *f.str(ev)
@@ -78,6 +79,7 @@ func Validate(ev Event, lim Limits) error {
 				if a.Name == "" {
 					v.add(p+"name", CodeMissingField, "required field "+strconv.Quote(p+"name")+" is empty")
 				}
+				v.bound += 32 + len(a.ContentSHA256) // kind, op, sha256
 				v.text(p+"name", a.Name)
 				v.text(p+"content", a.Content)
 				v.capped(p+"content", len(a.Content), lim.ArtifactContent)
@@ -101,12 +103,15 @@ func Validate(ev Event, lim Limits) error {
 				v.double(f.name+"."+k, x, rNone)
 			}
 		case kBytes:
+			v.bound += len(*f.byts(ev)) + 10
 			if f.capOf != nil {
 				v.capped(f.name, len(*f.byts(ev)), f.capOf(lim))
 			}
 		}
 	}
-	if enumOK {
+	// Encoding is the exact size check but costs as much as the encode the
+	// caller does next; skip it when an upper bound of the size is under the cap.
+	if enumOK && v.bound+10 > lim.Event {
 		buf := encBufs.Get().(*[]byte)
 		b, err := appendBody((*buf)[:0], ti, ev)
 		if err == nil && len(b)+10 > lim.Event {
@@ -136,6 +141,9 @@ func joinErrs(errs []error) error {
 type validator struct {
 	t    Type
 	errs []error
+	// bound is an upper bound of the event's Avro body size, summed as fields
+	// are checked.
+	bound int
 }
 
 func (v *validator) add(field, code, msg string) {
@@ -143,6 +151,7 @@ func (v *validator) add(field, code, msg string) {
 }
 
 func (v *validator) text(field, s string) {
+	v.bound += len(s) + 10
 	if !utf8.ValidString(s) {
 		v.add(field, CodeMalformed, "invalid UTF-8")
 	}
@@ -155,12 +164,14 @@ func (v *validator) capped(field string, n, limit int) {
 }
 
 func (v *validator) time(field string, t time.Time) {
+	v.bound += 10
 	if !t.IsZero() && (t.Year() < 1 || t.Year() > 9999) {
 		v.add(field, CodeOutOfRange, "year "+strconv.Itoa(t.Year())+" is outside 1..9999")
 	}
 }
 
 func (v *validator) integer(field string, n int64, r rule) {
+	v.bound += 10
 	if n >= 1 || (n >= 0 && r != rPos) || (n == -1 && r == rMinus1) || r == rNone {
 		return
 	}
@@ -195,6 +206,7 @@ func ruleRange(r rule) (lo, hi float64, loOpen, hiOpen bool, text string) {
 }
 
 func (v *validator) double(field string, x float64, r rule) {
+	v.bound += 10
 	if r == rNone && !math.IsNaN(x) && !math.IsInf(x, 0) {
 		return
 	}

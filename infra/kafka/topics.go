@@ -29,9 +29,12 @@ type Topic struct {
 }
 
 const (
-	week    = "604800000"
-	month   = "2592000000"
-	forever = "-1"
+	// maxMessage lets a record batch carry one whole event at the schemas'
+	// 4 MiB cap plus batch overhead (Kafka's default is 1 MiB).
+	maxMessage = "8388608"
+	week       = "604800000"
+	month      = "2592000000"
+	forever    = "-1"
 )
 
 // All returns every harnessflow topic definition.
@@ -44,27 +47,27 @@ const (
 func All() []Topic {
 	return []Topic{
 		{Name: schemas.TopicCampaigns, Class: Raw, Partitions: 1, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "compact", "retention.ms": forever}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "compact", "retention.ms": forever}},
 		{Name: schemas.TopicCells, Class: Raw, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicAttempts, Class: Raw, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicSkillEvents, Class: Raw, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicUpdates, Class: Raw, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicJudgments, Class: Raw, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicOutcomes, Class: Internal, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicSamples, Class: Derived, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": forever}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": forever}},
 		{Name: schemas.TopicRoundMetrics, Class: Derived, Partitions: 6, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicDLQ, Class: DLQ, Partitions: 3, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": month}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": month}},
 		{Name: schemas.TopicCheckpoints, Class: Derived, Partitions: 1, ReplicationFactor: 3,
-			Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": week}},
+			Configs: map[string]string{"max.message.bytes": maxMessage, "cleanup.policy": "delete", "retention.ms": week}},
 	}
 }
 
