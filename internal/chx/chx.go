@@ -1,0 +1,165 @@
+// Package chx opens harnessflow's ClickHouse connections: clickhouse-go/v2 over
+// the native protocol (its HTTP mode fails on 18.16), LZ4 compression, explicit
+// timeouts and a bounded retry of the first ping.
+package chx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/cenkalti/backoff/v4"
+)
+
+// ErrNoAddr is returned when no ClickHouse address is given.
+var ErrNoAddr = errors.New("no ClickHouse address given: pass --clickhouse host:port (native protocol, usually 9000) or set HF_CLICKHOUSE")
+
+// Timeouts and pool sizes used by Open.
+const (
+	// DialTimeout bounds one TCP connect and handshake.
+	DialTimeout = 5 * time.Second
+	// ReadTimeout bounds one read from the server; long analyst queries and
+	// large inserts stay well below it.
+	ReadTimeout = 5 * time.Minute
+	// PingMaxElapsed bounds the retries of the first ping (a server still
+	// starting, a restart in progress).
+	PingMaxElapsed = 30 * time.Second
+	// MaxOpenConns and MaxIdleConns size the connection pool.
+	MaxOpenConns = 16
+	MaxIdleConns = 8
+)
+
+// Open connects to the ClickHouse server at addr (host:port of the native
+// protocol) with database as the default database ("" = the server's default),
+// and pings it, retrying transient failures with exponential backoff for up to
+// PingMaxElapsed or until ctx ends. A server-side error (unknown database, bad
+// credentials) is not retried. The returned conn is safe for concurrent use.
+func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
+	if strings.TrimSpace(addr) == "" {
+		return nil, ErrNoAddr
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Protocol: clickhouse.Native,
+		Addr:     strings.Split(addr, ","),
+		Auth:     clickhouse.Auth{Database: database, Username: "default"},
+		Compression: &clickhouse.Compression{
+			Method: clickhouse.CompressionLZ4,
+		},
+		DialTimeout:     DialTimeout,
+		ReadTimeout:     ReadTimeout,
+		MaxOpenConns:    MaxOpenConns,
+		MaxIdleConns:    MaxIdleConns,
+		ConnMaxLifetime: time.Hour,
+		ClientInfo: clickhouse.ClientInfo{Products: []struct {
+			Name    string
+			Version string
+		}{{Name: "harnessflow", Version: "1"}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse %s: %w", addr, err)
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 2 * time.Second
+	b.MaxElapsedTime = PingMaxElapsed
+	err = backoff.Retry(func() error {
+		pctx, cancel := context.WithTimeout(ctx, DialTimeout)
+		defer cancel()
+		if err := conn.Ping(pctx); err != nil {
+			if !Retryable(err) {
+				return backoff.Permanent(err)
+			}
+			return err
+		}
+		return nil
+	}, backoff.WithContext(b, ctx))
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("clickhouse %s: ping: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// Retryable reports whether err is worth retrying: network failures, timeouts
+// and a server that is shutting down or overloaded are; an error the server
+// returned about the query itself (syntax, unknown table or column, type
+// mismatch, unknown database) is not.
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) {
+		switch ex.Code {
+		case 159, // TIMEOUT_EXCEEDED
+			202, // TOO_MANY_SIMULTANEOUS_QUERIES
+			209, // SOCKET_TIMEOUT
+			210, // NETWORK_ERROR
+			241, // MEMORY_LIMIT_EXCEEDED
+			252, // TOO_MANY_PARTS
+			319, // UNKNOWN_STATUS_OF_INSERT
+			425: // SYSTEM_ERROR
+			return true
+		}
+		return false
+	}
+	return true
+}
+
+// Version is a ClickHouse server version.
+type Version struct {
+	Major, Minor, Patch int
+	// Raw is the server's own string, e.g. "18.16.1" or "24.8.4.13".
+	Raw string
+}
+
+// String returns Raw.
+func (v Version) String() string { return v.Raw }
+
+// AtLeast reports whether v is major.minor or newer.
+func (v Version) AtLeast(major, minor int) bool {
+	return v.Major > major || (v.Major == major && v.Minor >= minor)
+}
+
+// ServerVersion asks the server for its version (`SELECT version()`), for
+// choosing optional features (DESIGN.md §2).
+func ServerVersion(ctx context.Context, conn driver.Conn) (Version, error) {
+	var raw string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&raw); err != nil {
+		return Version{}, fmt.Errorf("server version: %w", err)
+	}
+	return ParseVersion(raw), nil
+}
+
+// ParseVersion parses "major.minor.patch[...]"; missing parts are 0.
+func ParseVersion(raw string) Version {
+	v := Version{Raw: raw}
+	parts := strings.SplitN(raw, ".", 4)
+	nums := []*int{&v.Major, &v.Minor, &v.Patch}
+	for i, p := range parts {
+		if i >= len(nums) {
+			break
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			break
+		}
+		*nums[i] = n
+	}
+	return v
+}
+
+// QuoteIdent quotes a database or table name for SQL: backquotes, with
+// backquotes and backslashes escaped.
+func QuoteIdent(name string) string {
+	r := strings.NewReplacer("\\", "\\\\", "`", "\\`")
+	return "`" + r.Replace(name) + "`"
+}

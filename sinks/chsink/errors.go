@@ -1,0 +1,31 @@
+package chsink
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Configuration errors.
+var (
+	// ErrNoBrokers: Config.Brokers is empty.
+	ErrNoBrokers = errors.New("chsink: no Kafka brokers given (--brokers)")
+	// ErrNoClickHouse: Config.ClickHouse is empty.
+	ErrNoClickHouse = errors.New("chsink: no ClickHouse address given (--clickhouse host:port, native protocol)")
+	// ErrBadLimits: a batching limit is negative.
+	ErrBadLimits = errors.New("chsink: MaxRows, MaxBytes, MaxAge and MaxBufferedRows must not be negative")
+)
+
+// InsertError says which table's insert failed, with how many rows and after
+// how many attempts. Offsets of its rows were not committed.
+type InsertError struct {
+	Table    string
+	Rows     int
+	Attempts int
+	Err      error
+}
+
+func (e *InsertError) Error() string {
+	return fmt.Sprintf("insert %d rows into %s (after %d attempts): %v", e.Rows, e.Table, e.Attempts, e.Err)
+}
+
+func (e *InsertError) Unwrap() error { return e.Err }

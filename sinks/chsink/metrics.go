@@ -1,0 +1,37 @@
+package chsink
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// sinkMetrics are the sink's Prometheus metrics (names hf_sink_*).
+type sinkMetrics struct {
+	rows     *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	retries  *prometheus.CounterVec
+	rejected *prometheus.CounterVec
+	buffered prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *sinkMetrics {
+	m := &sinkMetrics{
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hf_sink_rows_inserted_total", Help: "Rows inserted into ClickHouse, per table.",
+		}, []string{"table"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "hf_sink_insert_seconds", Help: "Duration of one insert attempt, per table.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14),
+		}, []string{"table"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hf_sink_insert_retries_total", Help: "Insert attempts that failed and were retried, per table.",
+		}, []string{"table"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hf_sink_undecodable_total", Help: "Messages that did not decode (written to rejected_events), per topic.",
+		}, []string{"topic"}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hf_sink_buffered_rows", Help: "Rows read from Kafka and not yet inserted.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered)
+	}
+	return m
+}

@@ -1,0 +1,525 @@
+// Package chsink is the ClickHouse sink: a Kafka consumer group over every raw
+// and derived topic that writes each event to its table (DESIGN.md §5) in
+// large named-column native inserts, and commits offsets only after the rows
+// are in ClickHouse.
+//
+// Delivery is at-least-once from Kafka and exactly-once in effect: a row's
+// ReplacingMergeTree version comes from its Kafka coordinates, tables dedupe
+// on event id, and the analyst views aggregate over deduplicated data, so a
+// redelivered batch or a full replay changes no figure. When ClickHouse is
+// down the sink stops fetching (its buffers are bounded), retries with
+// bounded backoff, and resumes where it stopped. Undecodable messages become
+// rows of rejected_events (stage decode) with their coordinates.
+package chsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
+	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
+	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Config configures a Sink. Zero fields take the defaults on each field.
+type Config struct {
+	// Brokers are the Kafka bootstrap brokers. Required.
+	Brokers []string
+	// ClickHouse is the server's native-protocol host:port. Required unless a
+	// writer is given with WithWriter (and SkipMigrate is set).
+	ClickHouse string
+	// Database receives the rows. Default: "harnessflow".
+	Database string
+	// Group is the Kafka consumer group. Default: "hf-sink".
+	Group string
+	// Topics to consume. Default: every topic of infra/kafka but hf.outcomes
+	// (raw, derived and the DLQ).
+	Topics []string
+	// MaxRows flushes a table's buffer at this many rows. Default: 50000.
+	MaxRows int
+	// MaxBytes flushes a table's buffer at this many message bytes.
+	// Default: 16 MiB.
+	MaxBytes int
+	// MaxAge flushes a table's buffer when its oldest row is this old.
+	// Default: 1s.
+	MaxAge time.Duration
+	// MaxBufferedRows bounds the rows buffered over all tables; past it the
+	// largest buffer is flushed before more is read. Default: 4 × MaxRows.
+	MaxBufferedRows int
+	// InsertTimeout bounds one insert attempt. Default: 60s.
+	InsertTimeout time.Duration
+	// RetryMaxElapsed bounds the retries of one failing insert (ClickHouse
+	// down); past it Run returns the error, with the batch's offsets
+	// uncommitted. Default: 15m.
+	RetryMaxElapsed time.Duration
+	// RetryMaxInterval caps the wait between retries. Default: 5s.
+	RetryMaxInterval time.Duration
+	// DrainTimeout bounds the final flush and commit after ctx ends.
+	// Default: 30s.
+	DrainTimeout time.Duration
+	// PayloadCap caps the payload kept in rejected_events for an undecodable
+	// message. Default: 64 KiB.
+	PayloadCap int
+	// SkipMigrate skips applying infra/clickhouse's migrations at start.
+	// Default: false (migrate).
+	SkipMigrate bool
+}
+
+func (c *Config) setDefaults() {
+	if c.Database == "" {
+		c.Database = chddl.DefaultDatabase
+	}
+	if c.Group == "" {
+		c.Group = "hf-sink"
+	}
+	if len(c.Topics) == 0 {
+		c.Topics = DefaultTopics()
+	}
+	if c.MaxRows == 0 {
+		c.MaxRows = 50000
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 16 << 20
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = time.Second
+	}
+	if c.MaxBufferedRows == 0 {
+		c.MaxBufferedRows = 4 * c.MaxRows
+	}
+	if c.InsertTimeout == 0 {
+		c.InsertTimeout = 60 * time.Second
+	}
+	if c.RetryMaxElapsed == 0 {
+		c.RetryMaxElapsed = 15 * time.Minute
+	}
+	if c.RetryMaxInterval == 0 {
+		c.RetryMaxInterval = 5 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	if c.PayloadCap == 0 {
+		c.PayloadCap = 64 << 10
+	}
+}
+
+// Validate reports every problem of the config (after defaults).
+func (c *Config) Validate(haveWriter bool) error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, ErrNoBrokers)
+	}
+	if strings.TrimSpace(c.ClickHouse) == "" && !haveWriter {
+		errs = append(errs, ErrNoClickHouse)
+	}
+	if c.MaxRows < 0 || c.MaxBytes < 0 || c.MaxAge < 0 || c.MaxBufferedRows < 0 {
+		errs = append(errs, ErrBadLimits)
+	}
+	for _, t := range c.Topics {
+		if _, ok := kafkatopics.Lookup(t); !ok {
+			errs = append(errs, fmt.Errorf("chsink: unknown topic %q", t))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultTopics returns every topic but the internal hf.outcomes.
+func DefaultTopics() []string {
+	var out []string
+	for _, t := range kafkatopics.Names() {
+		if t != schemas.TopicOutcomes {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Option is a test seam.
+type Option func(*Sink)
+
+// WithLogger sets the logger. Default: no logging.
+func WithLogger(l zerolog.Logger) Option { return func(s *Sink) { s.log = l } }
+
+// WithRegisterer registers the sink's metrics with r. Default: none.
+func WithRegisterer(r prometheus.Registerer) Option { return func(s *Sink) { s.reg = r } }
+
+// WithWriter replaces the ClickHouse writer (a real server is still the
+// default and what the tests use).
+func WithWriter(w BatchWriter) Option { return func(s *Sink) { s.w = w } }
+
+// Sink consumes Kafka topics into ClickHouse tables. Run it once.
+type Sink struct {
+	cfg Config
+	log zerolog.Logger
+	reg prometheus.Registerer
+	w   BatchWriter
+	m   *sinkMetrics
+
+	// Owned by Run's goroutine only.
+	bufs      map[*table]*buffer
+	buffered  int
+	fetched   map[tp]int64 // highest offset read per partition
+	committed map[tp]int64 // highest offset committed per partition
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// tp is a topic partition.
+type tp struct {
+	topic     string
+	partition int
+}
+
+// buffer holds one table's rows awaiting insert.
+type buffer struct {
+	rows    []row
+	bytes   int
+	first   time.Time    // when the oldest row arrived
+	pending map[tp]int64 // lowest buffered offset per partition
+}
+
+// Stats are counters of a sink's progress, safe to read while it runs.
+type Stats struct {
+	// Rows is rows inserted, Rejected the undecodable messages among them.
+	Rows, Rejected int64
+	// Inserts is successful inserts, Retries failed attempts that were retried.
+	Inserts, Retries int64
+	// Commits is successful offset commits.
+	Commits int64
+}
+
+// New checks cfg and returns a Sink; it connects to nothing until Run.
+func New(cfg Config, opts ...Option) (*Sink, error) {
+	cfg.setDefaults()
+	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, committed: map[tp]int64{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := cfg.Validate(s.w != nil); err != nil {
+		return nil, err
+	}
+	s.cfg = cfg
+	s.m = newMetrics(s.reg)
+	return s, nil
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Sink) Stats() Stats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.stats
+}
+
+func (s *Sink) addStats(f func(*Stats)) {
+	s.statsMu.Lock()
+	f(&s.stats)
+	s.statsMu.Unlock()
+}
+
+// Run connects, migrates (unless Config.SkipMigrate), and consumes until ctx
+// ends or a fatal error (an insert that failed past RetryMaxElapsed, a
+// permanent ClickHouse error, a commit failure). On cancel it flushes what it
+// buffered and commits, bounded by DrainTimeout, and returns nil.
+func (s *Sink) Run(ctx context.Context) error {
+	if s.w == nil || !s.cfg.SkipMigrate {
+		conn, err := chx.Open(ctx, s.cfg.ClickHouse, "")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if !s.cfg.SkipMigrate {
+			if err := chddl.Migrate(ctx, conn, s.cfg.Database); err != nil {
+				return fmt.Errorf("migrate %s: %w", s.cfg.Database, err)
+			}
+		}
+		if s.w == nil {
+			s.w = NewConnWriter(conn, s.cfg.Database)
+		}
+	}
+	if err := kafkax.EnsureAllTopics(ctx, s.cfg.Brokers); err != nil {
+		return err
+	}
+	rc := kafkax.ReaderConfig(s.cfg.Brokers, s.cfg.Group, s.cfg.Topics...)
+	if len(s.cfg.Topics) == 1 {
+		// A group reader needs GroupTopics or Topic; keep one code path.
+		rc.GroupTopics, rc.Topic = s.cfg.Topics, ""
+	}
+	r := kafka.NewReader(rc)
+	defer r.Close()
+	s.log.Info().Strs("topics", s.cfg.Topics).Str("group", s.cfg.Group).Str("database", s.cfg.Database).
+		Int("max_rows", s.cfg.MaxRows).Int("max_bytes", s.cfg.MaxBytes).Dur("max_age", s.cfg.MaxAge).Msg("sink started")
+
+	// The fetcher owns the reader's FetchMessage; the loop below owns
+	// everything else. msgs is unbuffered beyond the reader's own queue, so a
+	// loop blocked in a retrying insert stops fetching.
+	fctx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	msgs := make(chan kafka.Message, 256)
+	fetchErr := make(chan error, 1)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := r.FetchMessage(fctx)
+			if err != nil {
+				if fctx.Err() == nil {
+					fetchErr <- fmt.Errorf("fetch: %w", err)
+				}
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-fctx.Done():
+				return
+			}
+		}
+	}()
+
+	tick := time.NewTicker(tickEvery(s.cfg.MaxAge))
+	defer tick.Stop()
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-fetchErr:
+			runErr = err
+			break loop
+		case m, ok := <-msgs:
+			if !ok {
+				break loop
+			}
+			s.add(m)
+			if err := s.flushDue(ctx, r, false); err != nil {
+				runErr = err
+				break loop
+			}
+		case <-tick.C:
+			if err := s.flushDue(ctx, r, false); err != nil {
+				runErr = err
+				break loop
+			}
+		}
+	}
+	stopFetch()
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		s.log.Error().Err(runErr).Msg("sink stopping on error; uncommitted rows will be redelivered")
+		return runErr
+	}
+	// Drain: flush everything buffered and commit, bounded.
+	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	if err := s.flushDue(dctx, r, true); err != nil {
+		s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
+		return fmt.Errorf("drain: %w", err)
+	}
+	st := s.Stats()
+	s.log.Info().Int64("rows", st.Rows).Int64("inserts", st.Inserts).Int64("retries", st.Retries).Msg("sink stopped")
+	return nil
+}
+
+func tickEvery(maxAge time.Duration) time.Duration {
+	d := maxAge / 4
+	if d < 5*time.Millisecond {
+		d = 5 * time.Millisecond
+	}
+	return d
+}
+
+// add decodes m and buffers its row.
+func (s *Sink) add(m kafka.Message) {
+	k := tp{m.Topic, m.Partition}
+	if cur, ok := s.fetched[k]; !ok || m.Offset > cur {
+		s.fetched[k] = m.Offset
+	}
+	md := meta{topic: m.Topic, partition: int32(m.Partition), offset: m.Offset}
+	ev, err := schemas.Decode(m.Value)
+	var t *table
+	if err == nil {
+		t, ev = tableFor(ev)
+		if t == nil {
+			err = fmt.Errorf("%w: no table for event type", schemas.ErrUnknownType)
+		}
+	}
+	if err != nil {
+		ev, t = s.rejection(m, err), tRejected
+		s.m.rejected.WithLabelValues(m.Topic).Inc()
+		s.addStats(func(st *Stats) { st.Rejected++ })
+	}
+	b := s.bufs[t]
+	if b == nil {
+		b = &buffer{pending: map[tp]int64{}}
+		s.bufs[t] = b
+	}
+	if len(b.rows) == 0 {
+		b.first = time.Now()
+	}
+	if _, ok := b.pending[k]; !ok {
+		b.pending[k] = m.Offset
+	}
+	b.rows = append(b.rows, row{ev: ev, m: md})
+	b.bytes += len(m.Value) + 64
+	s.buffered++
+	s.m.buffered.Set(float64(s.buffered))
+}
+
+// rejection turns an undecodable message into a rejected_events row.
+func (s *Sink) rejection(m kafka.Message, err error) *schemas.Rejected {
+	code := schemas.CodeMalformed
+	var fe *schemas.FieldError
+	switch {
+	case errors.As(err, &fe) && fe.Code != "":
+		code = fe.Code
+	case errors.Is(err, schemas.ErrUnknownFingerprint):
+		code = schemas.CodeUnknownFingerprint
+	case errors.Is(err, schemas.ErrUnknownType):
+		code = schemas.CodeUnknownType
+	}
+	payload := m.Value
+	if len(payload) > s.cfg.PayloadCap {
+		payload = payload[:s.cfg.PayloadCap]
+	}
+	ts := m.Time
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	msg := err.Error()
+	if len(msg) > 4096 {
+		msg = msg[:4096]
+	}
+	return &schemas.Rejected{
+		Envelope: schemas.Envelope{
+			EventID:   fmt.Sprintf("sink-decode:%s:%d:%d", m.Topic, m.Partition, m.Offset),
+			EventTime: ts.UTC(),
+			Source:    "sink",
+		},
+		Stage: schemas.StageDecode, ReasonCode: code, Message: msg,
+		SourceTopic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset,
+		Payload: append([]byte(nil), payload...),
+	}
+}
+
+// flushDue inserts every table whose buffer is full or old enough (all of
+// them when all is set, or when the total bound is reached: the largest
+// first), then commits what became safe to commit.
+func (s *Sink) flushDue(ctx context.Context, r *kafka.Reader, all bool) error {
+	now := time.Now()
+	flushed := false
+	for _, t := range tables {
+		b := s.bufs[t]
+		if b == nil || len(b.rows) == 0 {
+			continue
+		}
+		if all || len(b.rows) >= s.cfg.MaxRows || b.bytes >= s.cfg.MaxBytes || now.Sub(b.first) >= s.cfg.MaxAge {
+			if err := s.flush(ctx, t, b); err != nil {
+				return err
+			}
+			flushed = true
+		}
+	}
+	for s.buffered > s.cfg.MaxBufferedRows {
+		var big *table
+		for _, t := range tables {
+			if b := s.bufs[t]; b != nil && (big == nil || len(b.rows) > len(s.bufs[big].rows)) {
+				big = t
+			}
+		}
+		if err := s.flush(ctx, big, s.bufs[big]); err != nil {
+			return err
+		}
+		flushed = true
+	}
+	if flushed || all {
+		return s.commit(ctx, r)
+	}
+	return nil
+}
+
+// flush inserts one table's buffer, retrying with bounded backoff; every
+// attempt builds a fresh batch from the buffer.
+func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
+	n := len(b.rows)
+	attempts := 0
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = s.cfg.RetryMaxInterval
+	bo.MaxElapsedTime = s.cfg.RetryMaxElapsed
+	start := time.Now()
+	err := backoff.RetryNotify(func() error {
+		attempts++
+		ictx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
+		defer cancel()
+		t0 := time.Now()
+		err := s.w.WriteBatch(ictx, t.name, t.cols, t.build(b.rows, time.Now().UTC().Truncate(time.Second)))
+		s.m.latency.WithLabelValues(t.name).Observe(time.Since(t0).Seconds())
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(err)
+		}
+		if err != nil && !chx.Retryable(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(bo, ctx), func(err error, wait time.Duration) {
+		s.m.retries.WithLabelValues(t.name).Inc()
+		s.addStats(func(st *Stats) { st.Retries++ })
+		s.log.Warn().Err(err).Str("table", t.name).Int("rows", n).Int("attempt", attempts).Dur("retry_in", wait).
+			Msg("insert failed; fetching paused, retrying")
+	})
+	if err != nil {
+		return &InsertError{Table: t.name, Rows: n, Attempts: attempts, Err: err}
+	}
+	s.m.rows.WithLabelValues(t.name).Add(float64(n))
+	s.addStats(func(st *Stats) { st.Rows += int64(n); st.Inserts++ })
+	s.log.Debug().Str("table", t.name).Int("rows", n).Int("bytes", b.bytes).Int("attempts", attempts).
+		Dur("took", time.Since(start)).Msg("inserted")
+	s.buffered -= n
+	s.m.buffered.Set(float64(s.buffered))
+	// Reuse the backing array; drop references so the events can be freed.
+	clear(b.rows)
+	b.rows = b.rows[:0]
+	b.bytes = 0
+	clear(b.pending)
+	return nil
+}
+
+// commit commits, per partition, the highest offset below every buffered
+// (uncommitted) row of that partition in any table.
+func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
+	var msgs []kafka.Message
+	for k, hi := range s.fetched {
+		upto := hi
+		for _, b := range s.bufs {
+			if lo, ok := b.pending[k]; ok && lo-1 < upto {
+				upto = lo - 1
+			}
+		}
+		if c, ok := s.committed[k]; (ok && upto <= c) || upto < 0 {
+			continue
+		}
+		msgs = append(msgs, kafka.Message{Topic: k.topic, Partition: k.partition, Offset: upto})
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := r.CommitMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("commit offsets: %w", err)
+	}
+	for _, m := range msgs {
+		s.committed[tp{m.Topic, m.Partition}] = m.Offset
+	}
+	s.addStats(func(st *Stats) { st.Commits++ })
+	return nil
+}

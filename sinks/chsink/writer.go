@@ -1,0 +1,58 @@
+package chsink
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/harnessflow/harnessflow/internal/chx"
+)
+
+// BatchWriter writes one batch of rows into a table, column-wise: data[i] is
+// the slice of values of columns[i]. It is what the sink needs from
+// ClickHouse (STYLE.md §3); an error leaves the batch unwritten or, at worst,
+// written in part (the sink retries it whole: rows deduplicate on event id).
+type BatchWriter interface {
+	WriteBatch(ctx context.Context, table string, columns []string, data []any) error
+}
+
+// connWriter implements BatchWriter over clickhouse-go's native protocol with
+// named-column batch inserts into database.
+type connWriter struct {
+	conn     driver.Conn
+	database string
+}
+
+// NewConnWriter returns a BatchWriter that inserts into database through conn
+// with `INSERT INTO db.table (columns...)` native batches.
+func NewConnWriter(conn driver.Conn, database string) BatchWriter {
+	return &connWriter{conn: conn, database: database}
+}
+
+func (w *connWriter) WriteBatch(ctx context.Context, table string, columns []string, data []any) error {
+	q := "INSERT INTO " + chx.QuoteIdent(w.database) + "." + chx.QuoteIdent(table) + " (" + quoteAll(columns) + ")"
+	b, err := w.conn.PrepareBatch(ctx, q)
+	if err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	defer b.Abort()
+	for i, col := range data {
+		if err := b.Column(i).Append(col); err != nil {
+			return fmt.Errorf("column %s: %w", columns[i], err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	return nil
+}
+
+func quoteAll(cols []string) string {
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = chx.QuoteIdent(c)
+	}
+	return strings.Join(q, ", ")
+}
