@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/aevolve"
+)
+
+func init() { register(newImportCmd) }
+
+func newImportCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "import",
+		Short: "Import runs of other tools as harnessflow events",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newImportAEvolveCmd())
+	return cmd
+}
+
+func newImportAEvolveCmd() *cobra.Command {
+	var brokers string
+	var cfg aevolve.Config
+	var connectTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "a-evolve DIR",
+		Short: "Stream A-Evolve cell directories (one, or a tree of them) as events",
+		Long: `a-evolve reads A-Evolve run directories (<solver>_x_<evolver>_<bm>_s<seed>/)
+and produces their events: cell_started (+ cell_finished when the done marker
+exists), one task_attempt per result row, skill_event from SkillsBench
+trajectories, and one harness_update per workspace tag evo-N whose diff changes a
+harness file (read with the git command-line tool). The campaign defaults to the
+base name of DIR; cell ids are the cell directories' names.
+
+Importing the same directory again produces the same event ids and changes no
+figure. For each file read, a line "path: read N rows, skipped M (reason: k)"
+goes to stderr.`,
+		Example: "  harnessflow import a-evolve ./runs/paper --brokers 127.0.0.1:9092",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := logx.New("import")
+			cfg.Dir = args[0]
+			bl := kafkax.ParseBrokers(brokers)
+			if len(bl) == 0 {
+				return withCode(2, kafkax.ErrNoBrokers)
+			}
+			ctx := cmd.Context()
+			if err := kafkax.WaitReachable(ctx, bl, connectTimeout); err != nil {
+				return withCode(2, err)
+			}
+			if err := kafkax.EnsureAllTopics(ctx, bl); err != nil {
+				return withCode(2, err)
+			}
+			p, err := producers.New(producers.Config{Brokers: bl, Project: cfg.Project, Source: aevolve.Source}, producers.WithLogger(log))
+			if err != nil {
+				return withCode(2, err)
+			}
+			sum, runErr := aevolve.Run(ctx, cfg, p, cmd.ErrOrStderr())
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := p.Close(cctx); err != nil && runErr == nil {
+				runErr = err
+			}
+			if runErr != nil {
+				return withCode(2, runErr)
+			}
+			for _, c := range sum.Cells {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s agent %s (%s) evolver %s (%s) seed %d: %d tasks, %d attempts, %d skill events, %d updates, done %v\n",
+					c.CellID, c.Benchmark, c.Agent, c.AgentModelID, evolverOrNone(c.Evolver), c.EvolverModelID, c.Seed, c.Tasks, c.Attempts, c.SkillEvents, c.Updates, c.Done)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "campaign %s: produced %d events from %d cells\n", sum.Campaign, sum.Events, len(sum.Cells))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
+	f.StringVar(&cfg.Campaign, "campaign", "", "campaign id (default: the base name of DIR)")
+	f.StringVar(&cfg.Project, "project", "default", "project (tenant) of the events")
+	f.StringSliceVar(&cfg.AnchorAgents, "anchor-agents", aevolve.DefaultAnchors, "anchor agents declared with the campaign")
+	f.StringSliceVar(&cfg.AnchorEvolvers, "anchor-evolvers", aevolve.DefaultAnchors, "anchor evolvers declared with the campaign")
+	f.StringVar(&cfg.Git, "git", "git", "git executable used to read workspace tags")
+	f.DurationVar(&connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for a reachable broker")
+	return cmd
+}
+
+func evolverOrNone(e string) string {
+	if e == "" {
+		return "none"
+	}
+	return e
+}

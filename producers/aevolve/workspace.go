@@ -1,0 +1,268 @@
+package aevolve
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// gitRepo runs the git command-line tool on a workspace.
+type gitRepo struct {
+	ctx context.Context
+	git string
+	dir string
+}
+
+func (g *gitRepo) run(args ...string) (string, error) {
+	cmd := exec.CommandContext(g.ctx, g.git, append([]string{"-C", g.dir, "-c", "core.quotePath=false"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// readWorkspace reads the workspace's git tags (evo-N, pre-evo-N): the skill
+// count of every harness version and one harness_update per evo-N (N >= 1)
+// whose diff changes a harness file. It also reads unified_steps.jsonl for
+// each cycle's verdict and the evolver's report.
+func (im *importer) readWorkspace(c *cellState) error {
+	ws := filepath.Join(c.dir, "workspace")
+	if _, err := os.Stat(filepath.Join(ws, ".git")); err != nil {
+		return nil
+	}
+	git, err := exec.LookPath(im.cfg.Git)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ws, ErrNoGit)
+	}
+	g := &gitRepo{ctx: im.ctx, git: git, dir: ws}
+	c.git = g
+	f := &FileReport{Path: im.rel(ws) + " (git tags)"}
+	defer im.file(f)
+	out, err := g.run("tag", "--list")
+	if err != nil {
+		return err
+	}
+	evo := map[int]bool{}
+	pre := map[int]bool{}
+	for _, t := range strings.Fields(out) {
+		switch {
+		case strings.HasPrefix(t, "pre-evo-"):
+			if n, err := strconv.Atoi(strings.TrimPrefix(t, "pre-evo-")); err == nil {
+				pre[n] = true
+				continue
+			}
+		case strings.HasPrefix(t, "evo-"):
+			if n, err := strconv.Atoi(strings.TrimPrefix(t, "evo-")); err == nil {
+				evo[n] = true
+				continue
+			}
+		}
+		f.skip("not an evo tag")
+	}
+	ns := make([]int, 0, len(evo))
+	for n := range evo {
+		ns = append(ns, n)
+	}
+	sort.Ints(ns)
+	for _, n := range ns {
+		tag := fmt.Sprintf("evo-%d", n)
+		files, err := g.run("ls-tree", "-r", "--name-only", tag, "--", "skills")
+		if err != nil {
+			return err
+		}
+		k := 0
+		for _, p := range strings.Split(files, "\n") {
+			if filepath.Base(p) == "SKILL.md" {
+				k++
+			}
+		}
+		c.skillsAt[n] = k
+		if n == 0 {
+			f.Read++
+			if ts, ok := g.commitTime(tag); ok && c.base.IsZero() {
+				c.base = ts
+			}
+			continue
+		}
+		from := fmt.Sprintf("pre-evo-%d", n)
+		if !pre[n] {
+			from = fmt.Sprintf("evo-%d", n-1)
+			if !evo[n-1] {
+				f.skip("no pre-evo or previous evo tag")
+				continue
+			}
+		}
+		u, reason, err := im.update(c, g, from, tag, n)
+		if err != nil {
+			return err
+		}
+		if reason != "" {
+			f.skip(reason)
+			continue
+		}
+		f.Read++
+		c.updates = append(c.updates, u)
+		if ts, ok := g.commitTime(tag); ok {
+			c.updateTime[u.UpdateID] = ts
+		}
+	}
+	im.readVerdicts(c)
+	return nil
+}
+
+func (g *gitRepo) commitTime(rev string) (time.Time, bool) {
+	out, err := g.run("log", "-1", "--format=%ct", rev)
+	if err != nil {
+		return time.Time{}, false
+	}
+	s, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(s, 0).UTC(), true
+}
+
+// artifactOf maps a workspace path to an artifact kind and name.
+func artifactOf(path string) (kind, name string, ok bool) {
+	dir, rest, found := strings.Cut(path, "/")
+	if !found || rest == "" {
+		return "", "", false
+	}
+	switch dir {
+	case "prompts":
+		kind = schemas.KindPrompt
+	case "skills":
+		kind = schemas.KindSkill
+		if skill, file, ok := strings.Cut(rest, "/"); ok && file == "SKILL.md" {
+			return kind, skill, true
+		}
+	case "memory":
+		kind = schemas.KindMemory
+	case "tools":
+		kind = schemas.KindTool
+	default:
+		return "", "", false
+	}
+	return kind, rest, true
+}
+
+// update builds the harness_update of evo-n from the diff from..evo-n.
+func (im *importer) update(c *cellState, g *gitRepo, from, to string, n int) (*schemas.HarnessUpdate, string, error) {
+	out, err := g.run("diff", "--name-status", "--no-renames", from, to)
+	if err != nil {
+		return nil, "", err
+	}
+	var arts []schemas.Artifact
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		st, path, ok := strings.Cut(line, "\t")
+		if !ok {
+			continue
+		}
+		kind, name, ok := artifactOf(path)
+		if !ok {
+			continue // manifest.yaml, evolution/ logs: not harness artifacts
+		}
+		a := schemas.Artifact{Kind: kind, Name: name}
+		switch st[:1] {
+		case "A":
+			a.Op = schemas.OpAdd
+		case "M", "T":
+			a.Op = schemas.OpModify
+		case "D":
+			a.Op = schemas.OpRemove
+		default:
+			continue
+		}
+		if a.Op != schemas.OpRemove {
+			content, err := g.run("show", to+":"+path)
+			if err != nil {
+				return nil, "", err
+			}
+			a.Content = content
+		}
+		if a.Op != schemas.OpRemove { // a removal carries no content
+			sum := sha256.Sum256([]byte(a.Content))
+			a.ContentSHA256 = hex.EncodeToString(sum[:])
+		}
+		arts = append(arts, a)
+	}
+	if len(arts) == 0 {
+		return nil, "empty diff", nil
+	}
+	return &schemas.HarnessUpdate{CellID: c.id, UpdateID: c.id + "/" + to, Cycle: int32(n),
+		FromVersion: fmt.Sprintf("evo-%d", n-1), ToVersion: to, EvolverModel: c.evolver, Artifacts: arts, Accepted: true}, "", nil
+}
+
+// readVerdicts fills each update's accepted, rolled_back and evidence summary
+// from workspace/evolution/unified_steps.jsonl.
+func (im *importer) readVerdicts(c *cellState) {
+	p := filepath.Join(c.dir, "workspace", "evolution", "unified_steps.jsonl")
+	if _, err := os.Stat(p); err != nil {
+		return
+	}
+	byCycle := map[int32]*schemas.HarnessUpdate{}
+	for _, u := range c.updates {
+		byCycle[u.Cycle] = u
+	}
+	f := &FileReport{Path: im.rel(p)}
+	im.jsonl(p, f, func(m map[string]any) string {
+		n, ok := number(m, "cycle")
+		if !ok {
+			return "no cycle"
+		}
+		u := byCycle[int32(n)]
+		if u == nil {
+			return "no update for cycle"
+		}
+		var parts []string
+		if reps, ok := m["unified_reports"].([]any); ok {
+			for _, r := range reps {
+				if rm, ok := r.(map[string]any); ok {
+					cnt, _ := number(rm, "count")
+					part := fmt.Sprintf("%s×%d", str(rm, "operator_name"), int(cnt))
+					if d, ok := rm["details"].(map[string]any); ok {
+						for _, k := range []string{"skills_added", "skills_removed"} {
+							if l, ok := d[k].([]any); ok && len(l) > 0 {
+								names := make([]string, 0, len(l))
+								for _, v := range l {
+									names = append(names, fmt.Sprint(v))
+								}
+								part += fmt.Sprintf(" %s=[%s]", k, strings.Join(names, ","))
+							}
+						}
+					}
+					parts = append(parts, part)
+				}
+			}
+		}
+		if v, ok := m["unified_verdict"].(map[string]any); ok {
+			if a, ok := boolean(v, "accept"); ok {
+				u.Accepted = a
+			}
+			if r, ok := boolean(v, "rollback"); ok {
+				u.RolledBack = r
+			}
+			if r := str(v, "reason"); r != "" {
+				parts = append(parts, "verdict: "+r)
+			}
+		}
+		if len(parts) > 0 {
+			u.EvidenceSummary = truncate(strings.Join(parts, "; "), maxTaskInput)
+		}
+		return ""
+	})
+	im.file(f)
+}
