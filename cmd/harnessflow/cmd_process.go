@@ -1,0 +1,77 @@
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/processors"
+)
+
+func init() { register(newProcessCmd) }
+
+// processorFlags binds the processor's tunables shared by process and replay.
+func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) {
+	fs.StringVar(brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated")
+	fs.StringVar(&cfg.Group, "group", "hf-processors", "consumer group of stage A (stage B uses <group>-pair)")
+	fs.IntVar(&cfg.PendingMax, "pending-max", 10000, "events per partition that may wait for their cell_started")
+	fs.DurationVar(&cfg.PendingTimeout, "pending-timeout", 2*time.Minute, "how long an event waits for its cell_started (log time, and wall time when idle)")
+	fs.DurationVar(&cfg.Grace, "grace", 10*time.Minute, "keep a finished cell's state this long before evicting it")
+	fs.IntVar(&cfg.DLQPayloadCap, "dlq-payload-cap", 64<<10, "bytes of a bad input copied into its dead letter")
+	fs.IntVar(&cfg.MinPairs, "min-pairs", 5, "minimum tasks per side for a non-neutral label")
+	fs.Float64Var(&cfg.Lambda, "lambda", 1, "stability penalty handed to the scorer")
+	fs.IntVar(&cfg.BatchSize, "batch-size", 2000, "input messages per partition between write-then-commit points")
+	fs.DurationVar(&cfg.MergeIdle, "merge-idle", 500*time.Millisecond, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
+	fs.StringVar(&cfg.Listen, "listen", "", "serve /metrics and /healthz on this address (empty: none)")
+}
+
+func runProcessor(cmd *cobra.Command, cfg processors.Config, brokers string, component string) error {
+	cfg.Brokers = kafkax.ParseBrokers(brokers)
+	log := logx.New(component)
+	p, err := processors.New(cfg, processors.WithLogger(log))
+	if err != nil {
+		return withCode(2, err)
+	}
+	log.Info().Strs("brokers", cfg.Brokers).Str("group", cfg.Group).Str("pair_group", processors.PairGroup(cfg.Group)).Msg("processor starting")
+	if err := p.Run(cmd.Context()); err != nil {
+		if errors.Is(err, processors.ErrTopicLayout) {
+			return withCode(2, err)
+		}
+		return withCode(1, err)
+	}
+	log.Info().Msg("processor stopped")
+	return nil
+}
+
+func newProcessCmd() *cobra.Command {
+	var cfg processors.Config
+	var brokers string
+	cmd := &cobra.Command{
+		Use:   "process",
+		Short: "Validate raw events, re-key them, pair, score and label them (both processor stages)",
+		Long: `process consumes the raw cell topics (hf.cells, hf.attempts, hf.skill-events,
+hf.updates, hf.judgments) in consumer group --group and validates every event in
+stages (decode, syntax, semantic); bad input goes to hf.dlq with its stage and
+reason code. Admitted events are re-keyed by pairing key into hf.outcomes, which
+a second stage (group <group>-pair) pairs with the baseline to write labeled
+samples (hf.samples) and round metrics (hf.round-metrics). hf.campaigns is read
+whole for each campaign's label parameters.
+
+Several instances share the work through the consumer groups. Offsets are
+committed only after the outputs they caused are acknowledged; state is rebuilt
+from the log on every partition assignment, and every derived event has a
+deterministic id, so a restart or a rebalance re-emits, at worst, identical
+events. The raw cell topics must keep equal partition counts.`,
+		Example: "  harnessflow process --brokers 127.0.0.1:9092 --listen 127.0.0.1:9465",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runProcessor(cmd, cfg, brokers, "process")
+		},
+	}
+	processorFlags(cmd.Flags(), &cfg, &brokers)
+	return cmd
+}

@@ -1,0 +1,89 @@
+package processors
+
+import (
+	"context"
+	"sync"
+
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// campaignTable is the global table of campaign declarations: every instance
+// reads all of hf.campaigns from its start and keeps following it (no
+// consumer group). Safe for concurrent use.
+type campaignTable struct {
+	mu    sync.RWMutex
+	byKey map[string]*schemas.CampaignDeclared // project + "\x00" + campaign_id
+	ready chan struct{}                        // closed once caught up with the end offsets read at start
+}
+
+func newCampaignTable() *campaignTable {
+	return &campaignTable{byKey: map[string]*schemas.CampaignDeclared{}, ready: make(chan struct{})}
+}
+
+func (t *campaignTable) get(project, campaign string) *schemas.CampaignDeclared {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.byKey[project+"\x00"+campaign]
+}
+
+func (t *campaignTable) put(c *schemas.CampaignDeclared) {
+	t.mu.Lock()
+	t.byKey[c.Project+"\x00"+c.CampaignID] = c
+	t.mu.Unlock()
+}
+
+// follow reads every partition of hf.campaigns until ctx ends. Invalid
+// declarations are logged and counted, not dead-lettered: every instance
+// reads the whole topic, and none owns it.
+func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *Config, m *metrics, log zerolog.Logger, parts []int) error {
+	ch := make(chan fetched, len(parts))
+	streams := make([]*stream, len(parts))
+	for i, p := range parts {
+		s := &stream{topic: schemas.TopicCampaigns, want: make(chan struct{}, 1), hwm: -1}
+		streams[i] = s
+		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: p, idx: i, decode: true}
+		go f.run(ctx, -1, s.want, ch)
+		s.want <- struct{}{}
+	}
+	caught := make([]bool, len(parts))
+	left := len(parts)
+	if left == 0 {
+		close(t.ready)
+	}
+	for {
+		var f fetched
+		select {
+		case <-ctx.Done():
+			return nil
+		case f = <-ch:
+		}
+		if f.err != nil {
+			return f.err
+		}
+		for _, msg := range f.msgs {
+			m.eventsIn.WithLabelValues(msg.topic).Inc()
+			if msg.rej == nil {
+				if r := checkSyntax(msg.topic, msg.ev, cfg.Limits); r != nil {
+					msg.rej = r
+				}
+			}
+			if msg.rej != nil {
+				m.rejected(msg.rej)
+				log.Warn().Str("topic", msg.topic).Int("partition", msg.partition).Int64("offset", msg.offset).
+					Str("stage", msg.rej.stage).Str("code", msg.rej.code).Msg(msg.rej.msg)
+				continue
+			}
+			t.put(msg.ev.(*schemas.CampaignDeclared))
+		}
+		if !caught[f.stream] && f.next >= f.hwm {
+			caught[f.stream] = true
+			if left--; left == 0 {
+				close(t.ready)
+			}
+		}
+		streams[f.stream].want <- struct{}{}
+	}
+}

@@ -1,0 +1,377 @@
+package processors
+
+import (
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/processors/score"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// cells is stage A's state for one assigned partition number: the cells whose
+// events live on that partition of the raw cell topics, and the pending
+// buffer. It is used by one goroutine.
+type cells struct {
+	cfg      *Config
+	m        *metrics
+	byID     map[string]*cellState
+	pending  pendingBuf
+	finished []*cellState // eviction queue, in finishing order
+	logClock time.Time
+}
+
+// cellState is what stage A knows about one started cell.
+type cellState struct {
+	id      string
+	key     []byte // pairing key
+	current string // current harness version
+	known   map[string]struct{}
+	hashes  map[string]struct{}
+	ids     map[string]struct{} // admitted update ids (a redelivered update is skipped, not a duplicate_content)
+
+	startedID    string
+	finishedID   string
+	finished     bool
+	finishedLog  time.Time
+	finishedWall time.Time
+	evicted      bool
+}
+
+func newCells(cfg *Config, m *metrics) *cells {
+	return &cells{cfg: cfg, m: m, byID: map[string]*cellState{}, pending: pendingBuf{byCell: map[string][]*pendItem{}}}
+}
+
+// size is the number of cells held plus the pending events.
+func (c *cells) size() int { return len(c.byID) + c.pending.live }
+
+// cellOf returns the cell id of a cell event.
+func cellOf(ev schemas.Event) string {
+	switch e := ev.(type) {
+	case *schemas.CellStarted:
+		return e.CellID
+	case *schemas.TaskAttempt:
+		return e.CellID
+	case *schemas.SkillEvent:
+		return e.CellID
+	case *schemas.HarnessUpdate:
+		return e.CellID
+	case *schemas.AdherenceJudgment:
+		return e.CellID
+	case *schemas.CellFinished:
+		return e.CellID
+	}
+	return ""
+}
+
+// process validates one merged input message. Outputs go to out only when
+// emit is true (rebuilding state from the log runs with emit false). now is
+// the wall clock, for evictions.
+func (c *cells) process(m *inMsg, emit bool, out *sink, now time.Time) {
+	if m.ts.After(c.logClock) {
+		c.logClock = m.ts
+	}
+	switch {
+	case m.rej != nil:
+		c.deadLetter(m, m.rej, emit, out)
+	default:
+		if r := checkSyntax(m.topic, m.ev, c.cfg.Limits); r != nil {
+			c.deadLetter(m, r, emit, out)
+		} else {
+			c.semantic(m, emit, out, now)
+		}
+	}
+	c.expire(func(p *pendItem) bool { return p.sinceLog.Add(c.cfg.PendingTimeout).Before(c.logClock) }, emit, out)
+	c.evict(now)
+}
+
+// tick runs the wall-clock timeouts of an idle partition.
+func (c *cells) tick(out *sink, now time.Time) {
+	c.expire(func(p *pendItem) bool { return p.sinceWall.Add(c.cfg.PendingTimeout).Before(now) }, true, out)
+	c.evict(now)
+}
+
+func (c *cells) deadLetter(m *inMsg, r *rejection, emit bool, out *sink) {
+	if !emit {
+		return
+	}
+	c.m.rejected(r)
+	msg, err := deadLetter(m, r, c.cfg.DLQPayloadCap)
+	if err != nil {
+		c.m.encodeErrors.Inc()
+		return
+	}
+	out.msgs = append(out.msgs, msg)
+	out.rejected++
+}
+
+func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink) {
+	if m.ev.Type() == schemas.TypeHarnessUpdate {
+		cs.ids[m.ev.Header().EventID] = struct{}{}
+	}
+	if !emit {
+		return
+	}
+	c.m.admitted.Inc()
+	out.msgs = append(out.msgs, kafka.Message{Topic: schemas.TopicOutcomes, Key: cs.key, Value: m.value, Time: m.ts})
+	out.outcomes++
+}
+
+func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
+	id := cellOf(m.ev)
+	cs := c.byID[id]
+	if st, ok := m.ev.(*schemas.CellStarted); ok {
+		if cs != nil {
+			if cs.startedID == st.EventID {
+				c.m.duplicates.Inc()
+				return
+			}
+			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
+				"cell %q: second cell_started %q (the cell is already started)", id, st.EventID), emit, out)
+			return
+		}
+		cs = &cellState{
+			id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
+			known:  map[string]struct{}{st.H0Version: {}},
+			hashes: map[string]struct{}{}, ids: map[string]struct{}{},
+			startedID: st.EventID,
+		}
+		c.byID[id] = cs
+		c.admit(cs, m, emit, out)
+		for _, p := range c.pending.take(id, "") {
+			c.semantic(p.m, emit, out, now)
+		}
+		return
+	}
+	if cs == nil {
+		c.addPending(&pendItem{m: m, cell: id, sinceLog: m.ts, sinceWall: now}, emit, out)
+		return
+	}
+	switch ev := m.ev.(type) {
+	case *schemas.TaskAttempt:
+		if _, ok := cs.known[ev.HarnessVersion]; !ok {
+			if cs.finished {
+				c.deadLetter(m, unknownVersion(ev, "the cell finished"), emit, out)
+				return
+			}
+			c.addPending(&pendItem{m: m, cell: id, version: ev.HarnessVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
+			return
+		}
+		c.admit(cs, m, emit, out)
+	case *schemas.HarnessUpdate:
+		if _, dup := cs.ids[ev.EventID]; dup {
+			c.m.duplicates.Inc()
+			return
+		}
+		if ev.FromVersion != cs.current {
+			c.deadLetter(m, reject(schemas.StageSemantic, CodeVersionChain,
+				"update %q of cell %q: from_version %q does not chain to the current version %q", ev.UpdateID, id, ev.FromVersion, cs.current), emit, out)
+			return
+		}
+		for i := range ev.Artifacts {
+			a := &ev.Artifacts[i]
+			if a.Op == schemas.OpRemove {
+				continue
+			}
+			if _, ok := cs.hashes[artifactHash(a)]; ok {
+				c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateContent,
+					"update %q of cell %q: artifact %q (%s) repeats content already in the cell (sha256 %s)", ev.UpdateID, id, a.Name, a.Kind, artifactHash(a)), emit, out)
+				return
+			}
+		}
+		if len(ev.EvidenceTaskIDs) == 0 {
+			c.deadLetter(m, reject(schemas.StageSemantic, CodeNoEvidence,
+				"update %q of cell %q names no evidence task ids", ev.UpdateID, id), emit, out)
+			return
+		}
+		for i := range ev.Artifacts {
+			if ev.Artifacts[i].Op != schemas.OpRemove {
+				cs.hashes[artifactHash(&ev.Artifacts[i])] = struct{}{}
+			}
+		}
+		c.admit(cs, m, emit, out)
+		if ev.Accepted {
+			cs.known[ev.ToVersion] = struct{}{}
+			if !ev.RolledBack {
+				cs.current = ev.ToVersion
+			}
+			for _, p := range c.pending.take(id, ev.ToVersion) {
+				c.semantic(p.m, emit, out, now)
+			}
+		}
+	case *schemas.CellFinished:
+		if cs.finished && cs.finishedID == ev.EventID {
+			c.m.duplicates.Inc()
+			return
+		}
+		if cs.finished {
+			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
+				"cell %q: second cell_finished %q (the cell is already finished)", id, ev.EventID), emit, out)
+			return
+		}
+		c.admit(cs, m, emit, out)
+		cs.finished, cs.finishedID, cs.finishedLog, cs.finishedWall = true, ev.EventID, m.ts, now
+		c.finished = append(c.finished, cs)
+		for _, p := range c.pending.takeVersions(id) {
+			c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell finished"), emit, out)
+		}
+	default:
+		c.admit(cs, m, emit, out)
+	}
+}
+
+func unknownVersion(a *schemas.TaskAttempt, why string) *rejection {
+	return reject(schemas.StageSemantic, CodeUnknownVersion,
+		"attempt %q of cell %q runs harness version %q, which no accepted update of the cell introduced before %s",
+		a.EventID, a.CellID, a.HarnessVersion, why)
+}
+
+func (c *cells) addPending(p *pendItem, emit bool, out *sink) {
+	if c.pending.live >= c.cfg.PendingMax {
+		if old := c.pending.popOldest(); old != nil {
+			c.expired(old, "the pending buffer was full", emit, out)
+		}
+	}
+	c.pending.add(p)
+}
+
+// expire dead-letters pending events, oldest first, while due says so.
+func (c *cells) expire(due func(*pendItem) bool, emit bool, out *sink) {
+	for {
+		p := c.pending.oldest()
+		if p == nil || !due(p) {
+			return
+		}
+		c.pending.popOldest()
+		c.expired(p, "the pending timeout "+c.cfg.PendingTimeout.String()+" passed", emit, out)
+	}
+}
+
+func (c *cells) expired(p *pendItem, why string, emit bool, out *sink) {
+	if p.version != "" {
+		c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), why), emit, out)
+		return
+	}
+	c.deadLetter(p.m, reject(schemas.StageSemantic, CodeUnknownCell,
+		"%s %q names cell %q, whose cell_started did not arrive before %s", p.m.ev.Type(), p.m.ev.Header().EventID, p.cell, why), emit, out)
+}
+
+// evict drops finished cells whose grace passed on either clock.
+func (c *cells) evict(now time.Time) {
+	n := 0
+	for _, cs := range c.finished {
+		if !cs.finishedLog.Add(c.cfg.Grace).Before(c.logClock) && !cs.finishedWall.Add(c.cfg.Grace).Before(now) {
+			break
+		}
+		delete(c.byID, cs.id)
+		n++
+	}
+	if n > 0 {
+		clear(c.finished[:n])
+		c.finished = c.finished[n:]
+		c.m.evictedCells.Add(float64(n))
+	}
+}
+
+// pendItem is an event waiting for its cell_started (version == "") or for
+// the update that introduces version.
+type pendItem struct {
+	m         *inMsg
+	cell      string
+	version   string
+	sinceLog  time.Time
+	sinceWall time.Time
+	done      bool
+}
+
+// pendingBuf keeps pending events in arrival order (for timeouts and the
+// bound) and by cell (for release).
+type pendingBuf struct {
+	queue  []*pendItem
+	byCell map[string][]*pendItem
+	live   int
+	// added and addedVersion count every item ever added (all, and those
+	// waiting for a version), for tests and logs.
+	added, addedVersion int
+}
+
+func (b *pendingBuf) add(p *pendItem) {
+	b.queue = append(b.queue, p)
+	b.byCell[p.cell] = append(b.byCell[p.cell], p)
+	b.live++
+	b.added++
+	if p.version != "" {
+		b.addedVersion++
+	}
+}
+
+// oldest returns the oldest live item, dropping resolved ones.
+func (b *pendingBuf) oldest() *pendItem {
+	for len(b.queue) > 0 && b.queue[0].done {
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+	}
+	if len(b.queue) == 0 {
+		b.queue = nil
+		return nil
+	}
+	return b.queue[0]
+}
+
+func (b *pendingBuf) popOldest() *pendItem {
+	p := b.oldest()
+	if p == nil {
+		return nil
+	}
+	b.queue[0] = nil
+	b.queue = b.queue[1:]
+	b.resolve(p)
+	return p
+}
+
+// resolve marks p done and removes it from its cell's list.
+func (b *pendingBuf) resolve(p *pendItem) {
+	p.done = true
+	b.live--
+	list := b.byCell[p.cell]
+	for i, q := range list {
+		if q == p {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(b.byCell, p.cell)
+	} else {
+		b.byCell[p.cell] = list
+	}
+}
+
+// take resolves and returns, in arrival order, the cell's items waiting for
+// version ("" = waiting for cell_started).
+func (b *pendingBuf) take(cell, version string) []*pendItem {
+	var out []*pendItem
+	for _, p := range b.byCell[cell] {
+		if p.version == version {
+			out = append(out, p)
+		}
+	}
+	for _, p := range out {
+		b.resolve(p)
+	}
+	return out
+}
+
+// takeVersions resolves and returns the cell's items waiting for a version.
+func (b *pendingBuf) takeVersions(cell string) []*pendItem {
+	var out []*pendItem
+	for _, p := range b.byCell[cell] {
+		if p.version != "" {
+			out = append(out, p)
+		}
+	}
+	for _, p := range out {
+		b.resolve(p)
+	}
+	return out
+}

@@ -1,0 +1,217 @@
+package processors
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Config configures a Processor. Zero fields take the default named in their
+// comment (setDefaults); Validate reports every remaining problem at once.
+type Config struct {
+	// Brokers are the Kafka bootstrap addresses. Required.
+	Brokers []string
+	// Group is stage A's consumer group (raw cell topics); stage B uses
+	// Group + "-pair" (hf.outcomes). Default: "hf-processors".
+	Group string
+	// PendingMax caps the events, per assigned partition, that wait for their
+	// cell_started (or for the update that introduces their harness
+	// version); when full, the oldest is dead-lettered. Default: 10000.
+	PendingMax int
+	// PendingTimeout is how long such an event waits, measured on the
+	// partition's log clock (the largest message timestamp merged so far)
+	// and, while the partition is idle, on the wall clock. Default: 2m.
+	PendingTimeout time.Duration
+	// Grace keeps a finished cell's state (stage A) and a done Pairer (stage
+	// B) this long after it finished, on the log clock and the wall clock
+	// alike, then evicts it. Default: 10m.
+	Grace time.Duration
+	// DLQPayloadCap caps the payload copied into a dead letter. Default: 64 KiB.
+	DLQPayloadCap int
+	// Limits are the size caps of schemas.Validate; Limits.Event also caps
+	// a whole message (limit stage). Default: schemas.DefaultLimits() for
+	// each zero field.
+	Limits schemas.Limits
+	// MinPairs is the scorer's minimum number of tasks per side for a
+	// non-neutral label. Default: 5.
+	MinPairs int
+	// Lambda is the stability penalty handed to the scorer. Default: 1.
+	Lambda float64
+	// BatchSize is the most input messages processed between two
+	// write-then-commit points of a partition. Default: 2000.
+	BatchSize int
+	// FetchMaxBytes caps one fetch response per topic partition. Default: 4 MiB.
+	FetchMaxBytes int
+	// FetchWait is how long an empty fetch waits at the broker for data; it
+	// also paces idle partitions' wall-clock timeouts. Default: 250ms.
+	FetchWait time.Duration
+	// MergeIdle is how long stage A holds a message that arrived while a
+	// sibling raw topic partition is empty, before merging it past that
+	// partition (compare Kafka Streams' max.task.idle.ms): a producer that
+	// writes one topic before another (a bulk import) would otherwise have
+	// a cell's cell_finished merged before its last update. It adds up to
+	// MergeIdle of latency, not a per-message cost. Default: 500ms.
+	MergeIdle time.Duration
+	// SessionTimeout is the consumer-group session timeout. Default: 10s.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is the consumer-group heartbeat period. Default: 1s.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout bounds a rebalance. Default: 10s.
+	RebalanceTimeout time.Duration
+	// RetryMaxElapsed bounds the backoff retries of writes and commits.
+	// Default: 30s.
+	RetryMaxElapsed time.Duration
+	// DrainTimeout bounds the final write-and-commit when ctx ends. A
+	// negative value abandons the in-flight batch without writing or
+	// committing it (a crash, for tests). Default: 10s.
+	DrainTimeout time.Duration
+	// StopWhenCaughtUp makes Run return nil once both stages have committed
+	// everything up to the raw topics' end offsets read at start (replay
+	// --until-caught-up). Default: false (run until ctx ends).
+	StopWhenCaughtUp bool
+	// Listen serves /metrics and /healthz on this address. Default: "" (none).
+	Listen string
+}
+
+func (c *Config) setDefaults() {
+	if c.Group == "" {
+		c.Group = "hf-processors"
+	}
+	if c.PendingMax == 0 {
+		c.PendingMax = 10000
+	}
+	if c.PendingTimeout == 0 {
+		c.PendingTimeout = 2 * time.Minute
+	}
+	if c.Grace == 0 {
+		c.Grace = 10 * time.Minute
+	}
+	if c.DLQPayloadCap == 0 {
+		c.DLQPayloadCap = 64 << 10
+	}
+	d := schemas.DefaultLimits()
+	if c.Limits.ArtifactContent == 0 {
+		c.Limits.ArtifactContent = d.ArtifactContent
+	}
+	if c.Limits.TaskInput == 0 {
+		c.Limits.TaskInput = d.TaskInput
+	}
+	if c.Limits.Event == 0 {
+		c.Limits.Event = d.Event
+	}
+	if c.MinPairs == 0 {
+		c.MinPairs = 5
+	}
+	if c.Lambda == 0 {
+		c.Lambda = 1
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 2000
+	}
+	if c.FetchMaxBytes == 0 {
+		c.FetchMaxBytes = 4 << 20
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = 250 * time.Millisecond
+	}
+	if c.MergeIdle == 0 {
+		c.MergeIdle = 500 * time.Millisecond
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = 10 * time.Second
+	}
+	if c.RetryMaxElapsed == 0 {
+		c.RetryMaxElapsed = 30 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+}
+
+// Validate reports every problem of c (after defaults), joined; each wraps
+// ErrConfig.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Brokers) == 0 {
+		bad("no brokers (--brokers host:port)")
+	}
+	if c.PendingMax < 1 {
+		bad("pending max %d < 1", c.PendingMax)
+	}
+	if c.PendingTimeout < 0 {
+		bad("pending timeout %v < 0", c.PendingTimeout)
+	}
+	if c.Grace < 0 {
+		bad("grace %v < 0", c.Grace)
+	}
+	if c.DLQPayloadCap < 0 {
+		bad("dlq payload cap %d < 0", c.DLQPayloadCap)
+	}
+	if c.Limits.Event < 1 || c.Limits.ArtifactContent < 1 || c.Limits.TaskInput < 1 {
+		bad("limits must be positive: %+v", c.Limits)
+	}
+	if c.MinPairs < 1 {
+		bad("min pairs %d < 1", c.MinPairs)
+	}
+	if c.BatchSize < 1 {
+		bad("batch size %d < 1", c.BatchSize)
+	}
+	if c.HeartbeatInterval >= c.SessionTimeout {
+		bad("heartbeat interval %v must be below session timeout %v", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	if c.FetchWait <= 0 || c.FetchMaxBytes < 1 {
+		bad("fetch wait %v and fetch max bytes %d must be positive", c.FetchWait, c.FetchMaxBytes)
+	}
+	return errors.Join(errs...)
+}
+
+// PairGroup is stage B's consumer group for stage A's group.
+func PairGroup(group string) string { return group + "-pair" }
+
+// Progress reports one committed position (Option WithProgress).
+type Progress struct {
+	// Group is the consumer group that committed.
+	Group string
+	// Topic and Partition name the committed partition; Offset is the next
+	// offset to read.
+	Topic     string
+	Partition int
+	Offset    int64
+}
+
+// Option adjusts a Processor (test seams).
+type Option func(*options)
+
+type options struct {
+	log      zerolog.Logger
+	logSet   bool
+	progress func(Progress)
+	reg      prometheus.Registerer
+}
+
+// WithLogger sets the logger. Default: logx.New("process").
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) { o.log, o.logSet = l, true }
+}
+
+// WithProgress calls fn after every successful commit, from the committing
+// goroutine (fn must be quick and safe for concurrent use).
+func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
+
+// WithRegisterer registers the Processor's metrics with r instead of a
+// registry of its own (which Listen serves).
+func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.reg = r } }

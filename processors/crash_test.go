@@ -1,0 +1,189 @@
+package processors
+
+import (
+	"context"
+	"math/rand"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// progressCount is the number of input messages both stages of group have
+// committed, read from the broker.
+func progressCount(t *testing.T, addr, group string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	var n int64
+	for _, g := range []struct {
+		group  string
+		topics []string
+	}{{group, CellTopics}, {PairGroup(group), []string{schemas.TopicOutcomes}}} {
+		ends, err := endOffsets(ctx, client, g.topics...)
+		if err != nil {
+			return 0
+		}
+		c, err := committed(ctx, client, g.group, ends)
+		if err != nil {
+			return 0
+		}
+		for _, ps := range c {
+			for _, off := range ps {
+				if off > 0 {
+					n += off
+				}
+			}
+		}
+	}
+	return n
+}
+
+// TestCrashCancelWithoutFlush stops the processor several times at random
+// points without writing or committing its in-flight batch (DrainTimeout < 0,
+// like a crash), restarting it each time; the deduplicated derived set equals
+// the uninterrupted run's.
+func TestCrashCancelWithoutFlush(t *testing.T) {
+	want := reference(t)
+	addr := startBroker(t)
+	produceCampaign(t, addr, testCampaign())
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	t.Logf("crash points seed %d", seed)
+	cfg := testConfig(addr, "crash")
+	cfg.BatchSize = 5
+	cfg.DrainTimeout = -1
+	crashes := 0
+	for i := 0; i < 4; i++ {
+		var commits atomic.Int64
+		target := int64(1 + rng.Intn(12))
+		stop, errc := startProc(t, cfg, WithProgress(func(Progress) { commits.Add(1) }))
+		deadline := time.Now().Add(60 * time.Second)
+		for commits.Load() < target {
+			if n, err := Lag(context.Background(), []string{addr}, cfg.Group); err == nil && n == 0 {
+				break
+			}
+			select {
+			case err := <-errc:
+				t.Fatalf("run %d: %v", i, err)
+			case <-time.After(5 * time.Millisecond): // polling interval
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: no progress (%d commits)", i, commits.Load())
+			}
+		}
+		if n, err := Lag(context.Background(), []string{addr}, cfg.Group); err == nil && n > 0 {
+			crashes++
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if crashes == 0 {
+		t.Fatalf("every crash came after the run had caught up; the test exercised nothing")
+	}
+	t.Logf("%d crashes before catching up", crashes)
+	_, errc := startProc(t, testConfig(addr, "crash"))
+	waitCaughtUp(t, addr, "crash", 90*time.Second, errc)
+	got, _ := readDerived(t, addr)
+	diffSets(t, want, got)
+}
+
+// TestHelperProcess is the child of TestCrashSIGKILL: it runs a processor
+// against HF_TEST_HELPER_BROKER until it is killed.
+func TestHelperProcess(t *testing.T) {
+	addr := os.Getenv("HF_TEST_HELPER_BROKER")
+	if addr == "" {
+		return // not a child: nothing to do
+	}
+	cfg := testConfig(addr, os.Getenv("HF_TEST_HELPER_GROUP"))
+	cfg.BatchSize = 5
+	p, err := New(cfg, WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCrashSIGKILL kills a child process running the processor with SIGKILL
+// at random points, several times, then finishes the run; the deduplicated
+// derived set equals the uninterrupted run's and nothing is missing.
+func TestCrashSIGKILL(t *testing.T) {
+	want := reference(t)
+	addr := startBroker(t)
+	produceCampaign(t, addr, testCampaign())
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	t.Logf("kill points seed %d", seed)
+	const group = "sigkill"
+	total := progressTotal(t, addr)
+	kills := 0
+	for i := 0; i < 3; i++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "HF_TEST_HELPER_BROKER="+addr, "HF_TEST_HELPER_GROUP="+group)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		from := progressCount(t, addr, group)
+		target := from + 1 + rng.Int63n(max(total/4, 1))
+		deadline := time.Now().Add(90 * time.Second)
+		for progressCount(t, addr, group) < target {
+			if n, err := Lag(context.Background(), []string{addr}, group); err == nil && n == 0 {
+				break
+			}
+			select {
+			case err := <-exited:
+				t.Fatalf("child %d exited by itself: %v", i, err)
+			case <-time.After(5 * time.Millisecond): // polling interval
+			}
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				t.Fatalf("child %d made no progress", i)
+			}
+		}
+		if n, err := Lag(context.Background(), []string{addr}, group); err == nil && n > 0 {
+			kills++
+		}
+		if err := cmd.Process.Kill(); err != nil { // SIGKILL
+			t.Fatal(err)
+		}
+		<-exited
+	}
+	if kills == 0 {
+		t.Fatalf("every kill came after the run had caught up; the test exercised nothing")
+	}
+	t.Logf("%d kills before catching up", kills)
+	cfg := testConfig(addr, group)
+	_, errc := startProc(t, cfg)
+	waitCaughtUp(t, addr, group, 120*time.Second, errc)
+	got, _ := readDerived(t, addr)
+	diffSets(t, want, got)
+}
+
+// progressTotal is the number of raw cell-topic messages.
+func progressTotal(t *testing.T, addr string) int64 {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	ends, err := endOffsets(context.Background(), client, CellTopics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, ps := range ends {
+		for _, e := range ps {
+			n += e
+		}
+	}
+	return n
+}

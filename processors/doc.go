@@ -1,0 +1,134 @@
+// Package processors is harnessflow's streaming processor runtime
+// (DESIGN.md §4): `harnessflow process` and `harnessflow replay`. It validates
+// raw events in stages, dead-letters bad input, re-keys admitted events by
+// pairing key, and drives processors/score, which pairs cells with their
+// baseline and derives labeled samples and round metrics.
+//
+// # Two stages, two consumer groups
+//
+// Stage A (group Config.Group, default "hf-processors") reads the raw cell
+// topics hf.cells, hf.updates, hf.attempts, hf.skill-events and
+// hf.judgments. Stage B (group Config.Group+"-pair") reads hf.outcomes. Each
+// stage scales by its own group. Every instance also reads hf.campaigns whole
+// (no group: a global table of label parameters); stage B starts only after
+// it has caught up with hf.campaigns' end offsets.
+//
+// # Co-partitioning
+//
+// The raw cell topics are all keyed by cell_id and MUST keep equal partition
+// counts (infra/kafka; Run refuses otherwise with ErrTopicLayout): then a
+// cell's events sit on the same partition number p of each topic.
+// CoPartitionBalancer assigns partition numbers, not topic partitions, so one
+// member owns partition p of all five topics and sees every event of its
+// cells.
+//
+// # Stage A: a deterministic merge, then validation
+//
+// Per assigned partition number, one goroutine merges the five topic
+// partitions by (message timestamp, event-type rank, topic rank, offset):
+// cell_started sorts before same-millisecond updates, attempts, skill events
+// and judgments, cell_finished after them. A message is merged only when
+// every other stream has a buffered message or is known to be at its high
+// watermark; a message is merged past a stream at its end only when it is not
+// newer than that stream's last message or it arrived Config.MergeIdle ago
+// (a producer that writes one topic after another has had that long). With
+// the complete log (replay, rebuilds, backlogs) the merge order is a function
+// of the log alone, so validation decisions and the order of a cell's events
+// in hf.outcomes are deterministic; on a live stream they are as long as
+// producers' timestamps follow their writes within MergeIdle.
+//
+// Validation, in stages, each rejection a schemas.Rejected in hf.dlq (key:
+// source topic; event_id: schemas.DeriveEventID over source topic,
+// partition and offset; event_time: the message timestamp; payload capped at
+// Config.DLQPayloadCap):
+//
+//   - limit: the message is over Limits.Event (payload_too_large);
+//   - decode: schemas.Decode fails (malformed, unknown_fingerprint,
+//     unknown_type);
+//   - syntax: the type belongs on another topic (wrong_topic); schemas.Validate
+//     (its FieldError codes: missing_field, bad_enum, out_of_range for a NaN
+//     score, too_large, ...); per artifact of a harness_update that is not a
+//     removal: content_sha256 must be the sha256 of the content
+//     (content_hash_mismatch), a skill must start with YAML front matter
+//     ("---" line, YAML, "---" line) holding non-empty string name and
+//     description (bad_front_matter), a tool artifact must be a tool
+//     registry: a YAML (or JSON) mapping with a non-empty "tools" list whose
+//     entries are mappings with a non-empty string "name"
+//     (bad_tool_registry);
+//   - semantic: the cell was started (else the event waits, see below, then
+//     unknown_cell); a second cell_started or cell_finished with another
+//     event id (duplicate_cell); an update's from_version is the cell's
+//     current version (version_chain), none of its artifacts' content hashes
+//     is already in the cell (duplicate_content), it names evidence
+//     (no_evidence); an attempt's harness_version is h0 or the to_version of
+//     an accepted update (else it waits for that update until the cell
+//     finishes or the pending timeout passes, then unknown_version).
+//
+// A redelivered raw event (same event_id) is skipped for cell_started,
+// cell_finished and updates; other duplicates are passed on and deduplicated
+// by the scorer and the sinks. An update that is accepted adds its
+// to_version to the known versions and, unless rolled back, makes it current.
+//
+// Admitted events go to hf.outcomes unchanged (same bytes), keyed by the
+// pairing key "project/campaign_id/benchmark/agent_model/seed", so a cell's
+// events keep their merged order there, cell_started first.
+//
+// Pending events (before their cell_started, or before the update that
+// introduces their version) are bounded per partition by Config.PendingMax
+// (the oldest is dead-lettered when full) and by Config.PendingTimeout,
+// measured on the partition's log clock (largest message timestamp merged)
+// and, while the partition is idle, on the wall clock. The log clock makes
+// the outcome a function of the log; the wall clock ends waits at the head
+// of a quiet stream.
+//
+// # Stage B
+//
+// Per assigned hf.outcomes partition, one score.Pairer per pairing key,
+// created with the campaign's label_epsilon and label_alpha (re-applied when
+// a declaration arrives or changes) and Config.MinPairs, Config.Lambda.
+// Events of a cell whose cell_started has not reached the Pairer are held
+// until it does. Outputs go to hf.samples and hf.round-metrics (key cell_id),
+// with the ids the scorer derives.
+//
+// # Delivery, state and rebalances
+//
+// For each batch (at most Config.BatchSize merged messages), outputs are
+// written synchronously (RequireAll acks, retried with backoff bounded by
+// Config.RetryMaxElapsed; failure stops Run with ErrWrite), and only then
+// are the batch's offsets committed through the kafka-go Generation.
+//
+// State is rebuilt from the log: when partition p is assigned, its streams
+// are read from the log start; messages below the committed offset are
+// processed without emitting (validation and scoring are deterministic, so
+// the state equals the state before), and outputs are emitted from the
+// committed offset on. The emit decision follows the message that triggers
+// an output (a cell_started releasing pending events emits them if it is
+// new). Because pending events are rebuilt too, the committed offset may
+// pass events still pending. Derived ids are deterministic, so what is
+// re-emitted after a crash or rebalance is byte-identical and deduplicated
+// downstream; a live-mode wall-clock timeout is the one decision that can
+// differ after a restart (a rebuilt pending event waits again).
+//
+// All reads of a partition happen in goroutines started by
+// kafka.Generation.Start with its context; when the generation ends
+// (rebalance, lost session) they stop and the partition's state is dropped,
+// and commits are bound to the generation, so nothing from a partition this
+// member lost is processed or committed (kafka-go#1398, where a Reader hands
+// out messages of revoked partitions, cannot happen).
+//
+// Finished cells (stage A) and done Pairers (stage B) are evicted
+// Config.Grace after they finished, on the log clock or the wall clock,
+// whichever passes first, so memory stays flat on an endless stream; a
+// rebuild re-reads finished cells and evicts them as it passes. A late event
+// for an evicted cell is dead-lettered as unknown_cell.
+//
+// # Replay: a new output generation
+//
+// `harnessflow replay` runs the same processor under fresh groups
+// <group>-gen<N> and <group>-gen<N>-pair (N: --generation, default the unix
+// time), which start at offset 0 of the raw topics. The derived events it
+// writes carry the same ids and bytes as before, so idempotent sinks keep
+// one copy; with --until-caught-up (Config.StopWhenCaughtUp) it exits once
+// both stages committed the raw topics' end offsets read at its start (Lag).
+// Raw topic retention bounds what a replay, and a rebuild, can read.
+package processors

@@ -1,0 +1,77 @@
+package processors
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig: Config.Validate found a problem; the joined error lists each.
+	ErrConfig = errors.New("invalid processor config")
+	// ErrAlreadyRun: Run was called a second time on the same Processor.
+	ErrAlreadyRun = errors.New("processor: Run called more than once")
+	// ErrWrite: outputs could not be written to Kafka within the retry budget
+	// (Config.RetryMaxElapsed); Run stops with this error rather than commit
+	// offsets whose outputs were not acknowledged.
+	ErrWrite = errors.New("write outputs")
+	// ErrTopicLayout: the raw cell topics do not have equal partition counts,
+	// which co-partitioned processing needs (see doc.go).
+	ErrTopicLayout = errors.New("raw cell topics must have equal partition counts")
+)
+
+// Reason codes of dead letters that this package adds to the schemas.Code*
+// field-error codes (which are used as they are for the syntax stage).
+const (
+	// Decode stage: schemas.CodeMalformed, CodeUnknownFingerprint, CodeUnknownType.
+
+	// CodeWrongTopic (syntax): the event's type does not belong on the topic
+	// it was read from (a task_attempt on hf.updates).
+	CodeWrongTopic = "wrong_topic"
+	// CodeBadFrontMatter (syntax): a skill artifact's content lacks YAML front
+	// matter with non-empty string name and description.
+	CodeBadFrontMatter = "bad_front_matter"
+	// CodeBadToolRegistry (syntax): a tool artifact's content is not a tool
+	// registry (YAML mapping with a non-empty "tools" list of entries that each
+	// have a non-empty string "name").
+	CodeBadToolRegistry = "bad_tool_registry"
+	// CodeContentHashMismatch (syntax): an artifact's content_sha256 is not the
+	// hex sha256 of its content.
+	CodeContentHashMismatch = "content_hash_mismatch"
+
+	// CodeUnknownCell (semantic): no cell_started for the cell arrived within
+	// Config.PendingTimeout (or the pending buffer overflowed).
+	CodeUnknownCell = "unknown_cell"
+	// CodeVersionChain (semantic): an update's from_version is not the cell's
+	// current harness version.
+	CodeVersionChain = "version_chain"
+	// CodeDuplicateContent (semantic): an artifact's content hash is already in
+	// the cell.
+	CodeDuplicateContent = "duplicate_content"
+	// CodeNoEvidence (semantic): an update names no evidence task ids.
+	CodeNoEvidence = "no_evidence"
+	// CodeUnknownVersion (semantic): an attempt runs a harness version that is
+	// neither the cell's h0 nor the to_version of an accepted update, by the
+	// time the cell finished (or Config.PendingTimeout passed).
+	CodeUnknownVersion = "unknown_version"
+	// CodeDuplicateCell (semantic): a second cell_started (or cell_finished)
+	// for a cell, with another event id.
+	CodeDuplicateCell = "duplicate_cell"
+	// CodeScoreRejected (semantic): the scorer refused an admitted event (a
+	// bug upstream of it; the message says why).
+	CodeScoreRejected = "score_rejected"
+
+	// CodePayloadTooLarge (limit): the message is larger than Limits.Event.
+	CodePayloadTooLarge = "payload_too_large"
+)
+
+// rejection is the reason an input was dead-lettered.
+type rejection struct {
+	stage, code, msg string
+}
+
+func (r *rejection) Error() string { return fmt.Sprintf("%s/%s: %s", r.stage, r.code, r.msg) }
+
+func reject(stage, code, format string, args ...any) *rejection {
+	return &rejection{stage: stage, code: code, msg: fmt.Sprintf(format, args...)}
+}

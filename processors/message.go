@@ -1,0 +1,98 @@
+package processors
+
+import (
+	"errors"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// inMsg is one input message, decoded once by its fetcher.
+type inMsg struct {
+	topic     string
+	partition int
+	offset    int64
+	ts        time.Time
+	arrived   time.Time // when the fetch that read it returned (wall clock)
+	key       []byte
+	value     []byte
+	// ev is the decoded event (nil when decoding failed or the message is
+	// over Limits.Event); rej is the decode- or limit-stage rejection.
+	ev  schemas.Event
+	rej *rejection
+}
+
+// decodeMsg fills m.ev or m.rej from m.value.
+func decodeMsg(m *inMsg, lim schemas.Limits) {
+	if len(m.value) > lim.Event {
+		m.rej = reject(schemas.StageLimit, CodePayloadTooLarge, "message of %d bytes is over the %d-byte event limit", len(m.value), lim.Event)
+		return
+	}
+	ev, err := schemas.Decode(m.value)
+	switch {
+	case ev == nil && err == nil:
+		m.rej = reject(schemas.StageDecode, schemas.CodeMalformed, "empty event")
+	case ev == nil:
+		m.rej = decodeRejection(err)
+	case err != nil:
+		// A decoder that also validates: keep decode-stage codes apart.
+		if errors.Is(err, schemas.ErrMalformed) || errors.Is(err, schemas.ErrUnknownFingerprint) || errors.Is(err, schemas.ErrUnknownType) {
+			m.rej = decodeRejection(err)
+		} else {
+			m.ev, m.rej = ev, syntaxRejection(err)
+		}
+	default:
+		m.ev = ev
+	}
+}
+
+// sink collects the outputs of a batch, in order.
+type sink struct {
+	msgs []kafka.Message
+	// counts by output kind, for metrics and logs.
+	outcomes, rejected, samples, rounds int
+}
+
+func (s *sink) reset() {
+	for i := range s.msgs {
+		s.msgs[i] = kafka.Message{}
+	}
+	s.msgs = s.msgs[:0]
+	s.outcomes, s.rejected, s.samples, s.rounds = 0, 0, 0, 0
+}
+
+// deadLetter builds the dead letter of m: a schemas.Rejected whose event_id
+// is derived from its content (source coordinates included), so a replay or a
+// redelivery yields the same id, and whose event_time is the message's
+// timestamp (never the wall clock).
+func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
+	payload := m.value
+	if len(payload) > payloadCap {
+		payload = payload[:payloadCap]
+	}
+	rec := &schemas.Rejected{
+		Envelope:    schemas.Envelope{EventTime: m.ts.UTC(), Source: "harnessflow-process"},
+		Stage:       r.stage,
+		ReasonCode:  r.code,
+		Message:     r.msg,
+		SourceTopic: m.topic,
+		Partition:   int32(m.partition),
+		Offset:      m.offset,
+		Payload:     append([]byte(nil), payload...),
+	}
+	if m.ev != nil {
+		rec.Project = m.ev.Header().Project
+	}
+	rec.EventID = rejectedID(rec)
+	b, err := schemas.Encode(rec)
+	if err != nil {
+		return kafka.Message{}, err
+	}
+	return kafka.Message{Topic: schemas.TopicDLQ, Key: []byte(rec.PartitionKey()), Value: b, Time: m.ts}, nil
+}
+
+// rejectedID is schemas.DeriveEventID of the dead letter, which hashes its
+// source coordinates (topic, partition, offset).
+func rejectedID(rec *schemas.Rejected) string { return schemas.DeriveEventID(rec) }

@@ -1,0 +1,75 @@
+package processors
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the Processor's Prometheus series (all prefixed hf_process_).
+type metrics struct {
+	eventsIn      *prometheus.CounterVec // by topic
+	admitted      prometheus.Counter
+	rejectedBy    *prometheus.CounterVec // by stage, code
+	duplicates    prometheus.Counter
+	samples       prometheus.Counter
+	roundMetrics  prometheus.Counter
+	pending       prometheus.Gauge
+	stateCells    prometheus.Gauge
+	statePairers  prometheus.Gauge
+	commitLag     *prometheus.GaugeVec // by group, topic, partition
+	evictedCells  prometheus.Counter
+	evictedPairs  prometheus.Counter
+	encodeErrors  prometheus.Counter
+	droppedOrphan prometheus.Counter
+	rebuilds      *prometheus.CounterVec // by stage
+	writeRetries  prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		eventsIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_events_in_total",
+			Help: "Input messages processed (rebuilds included), by topic."}, []string{"topic"}),
+		admitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_admitted_total",
+			Help: "Raw events that passed every validation stage."}),
+		rejectedBy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_rejected_total",
+			Help: "Inputs dead-lettered, by stage and reason code."}, []string{"stage", "code"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_duplicates_total",
+			Help: "Raw events skipped because their event_id was already admitted for the cell."}),
+		samples: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_samples_total",
+			Help: "Labeled samples written to hf.samples."}),
+		roundMetrics: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_round_metrics_total",
+			Help: "Round metrics written to hf.round-metrics."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hf_process_pending_events",
+			Help: "Events waiting for their cell_started or harness version, over assigned partitions."}),
+		stateCells: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hf_process_state_cells",
+			Help: "Cells held by stage A over assigned partitions."}),
+		statePairers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hf_process_state_pairers",
+			Help: "Pairers held by stage B over assigned partitions."}),
+		commitLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hf_process_commit_lag",
+			Help: "High watermark minus committed offset, by group, topic and partition."}, []string{"group", "topic", "partition"}),
+		evictedCells: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_evicted_cells_total",
+			Help: "Finished cells evicted from stage A after the grace period."}),
+		evictedPairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_evicted_pairers_total",
+			Help: "Done pairers evicted from stage B after the grace period."}),
+		encodeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_encode_errors_total",
+			Help: "Derived events that could not be encoded (a bug)."}),
+		droppedOrphan: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_orphans_dropped_total",
+			Help: "Stage-B events dropped because their cell_started never reached the pairer."}),
+		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_rebuilds_total",
+			Help: "Partition state rebuilds from offset 0, by stage."}, []string{"stage"}),
+		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_write_retries_total",
+			Help: "Output writes retried after an error."}),
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.eventsIn, m.admitted, m.rejectedBy, m.duplicates, m.samples,
+		m.roundMetrics, m.pending, m.stateCells, m.statePairers, m.commitLag, m.evictedCells, m.evictedPairs,
+		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *metrics) rejected(r *rejection) { m.rejectedBy.WithLabelValues(r.stage, r.code).Inc() }

@@ -1,0 +1,219 @@
+package processors
+
+import (
+	"errors"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/processors/score"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// pairs is stage B's state for one assigned hf.outcomes partition: one
+// score.Pairer per pairing key. It is used by one goroutine.
+type pairs struct {
+	cfg      *Config
+	m        *metrics
+	camps    *campaignTable
+	byKey    map[string]*pairState
+	done     []*pairState // eviction queue, in the order pairers became done
+	logClock time.Time
+	buffered int
+}
+
+// pairState is one pairing key's Pairer with what the runtime adds: the
+// campaign parameters applied, and the events of cells whose cell_started has
+// not reached the Pairer (buffered, in order).
+type pairState struct {
+	key       string
+	p         *score.Pairer
+	project   string
+	campaign  string
+	camp      *schemas.CampaignDeclared // the declaration whose params are applied
+	started   map[string]bool
+	buf       map[string][]schemas.Event
+	hadCell   bool
+	isDone    bool
+	doneLog   time.Time
+	doneWall  time.Time
+	touchLog  time.Time
+	touchWall time.Time
+}
+
+func newPairs(cfg *Config, m *metrics, camps *campaignTable) *pairs {
+	return &pairs{cfg: cfg, m: m, camps: camps, byKey: map[string]*pairState{}}
+}
+
+// size is the number of pairers held.
+func (s *pairs) size() int { return len(s.byKey) }
+
+// stateSize sums the pairers' Size plus the buffered events.
+func (s *pairs) stateSize() int {
+	n := s.buffered
+	for _, ps := range s.byKey {
+		n += ps.p.Size()
+	}
+	return n
+}
+
+func (s *pairs) params(ps *pairState) score.Params {
+	p := score.Params{MinPairs: s.cfg.MinPairs, Lambda: s.cfg.Lambda, Project: ps.project}
+	if ps.camp != nil {
+		p.Epsilon, p.Alpha = ps.camp.LabelEpsilon, ps.camp.LabelAlpha
+	}
+	return p
+}
+
+// process feeds one hf.outcomes message to its key's Pairer. Outputs go to
+// out only when emit is true.
+func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
+	if m.ts.After(s.logClock) {
+		s.logClock = m.ts
+	}
+	defer s.evict(now)
+	if m.rej != nil {
+		s.deadLetter(m, m.rej, emit, out)
+		return
+	}
+	key := string(m.key)
+	ps := s.byKey[key]
+	if ps == nil {
+		ps = &pairState{key: key, started: map[string]bool{}, buf: map[string][]schemas.Event{}}
+		ps.p = score.NewPairer(key, s.params(ps))
+		s.byKey[key] = ps
+	}
+	ps.touchLog, ps.touchWall = m.ts, now
+	ev := m.ev
+	cell := cellOf(ev)
+	if st, ok := ev.(*schemas.CellStarted); ok {
+		if ps.project == "" {
+			ps.project, ps.campaign = st.Project, st.CampaignID
+		}
+		s.refreshParams(ps)
+		s.add(ps, m, ev, emit, out)
+		ps.started[cell], ps.hadCell = true, true
+		held := ps.buf[cell]
+		delete(ps.buf, cell)
+		s.buffered -= len(held)
+		for _, e := range held {
+			s.add(ps, m, e, emit, out)
+		}
+	} else if ps.started[cell] {
+		s.refreshParams(ps)
+		s.add(ps, m, ev, emit, out)
+	} else {
+		if s.buffered >= s.cfg.PendingMax {
+			s.m.droppedOrphan.Inc()
+			return
+		}
+		ps.buf[cell] = append(ps.buf[cell], ev)
+		s.buffered++
+		return
+	}
+	if !ps.isDone && ps.hadCell && len(ps.buf) == 0 && ps.p.Done() {
+		ps.isDone, ps.doneLog, ps.doneWall = true, m.ts, now
+		s.done = append(s.done, ps)
+	}
+}
+
+// refreshParams applies the campaign's parameters when its declaration
+// arrived or changed since the last look.
+func (s *pairs) refreshParams(ps *pairState) {
+	if ps.campaign == "" {
+		return
+	}
+	if c := s.camps.get(ps.project, ps.campaign); c != ps.camp {
+		ps.camp = c
+		ps.p.SetParams(s.params(ps))
+	}
+}
+
+func (s *pairs) add(ps *pairState, m *inMsg, ev schemas.Event, emit bool, out *sink) {
+	outs, err := ps.p.Add(ev)
+	if err != nil && !errors.Is(err, score.ErrDuplicateBaseline) {
+		s.deadLetter(m, reject(schemas.StageSemantic, CodeScoreRejected, "%s %q: %v", ev.Type(), ev.Header().EventID, err), emit, out)
+	}
+	if !emit {
+		return
+	}
+	for _, o := range outs {
+		h := o.Header()
+		if h.EventID == "" {
+			h.EventID = schemas.DeriveEventID(o)
+		}
+		b, err := schemas.Encode(o)
+		if err != nil {
+			s.m.encodeErrors.Inc()
+			continue
+		}
+		out.msgs = append(out.msgs, kafka.Message{Topic: schemas.TopicFor(o.Type()), Key: []byte(o.PartitionKey()), Value: b, Time: m.ts})
+		switch o.Type() {
+		case schemas.TypeLabeledSample:
+			out.samples++
+			s.m.samples.Inc()
+		case schemas.TypeRoundMetrics:
+			out.rounds++
+			s.m.roundMetrics.Inc()
+		}
+	}
+}
+
+func (s *pairs) deadLetter(m *inMsg, r *rejection, emit bool, out *sink) {
+	if !emit {
+		return
+	}
+	s.m.rejected(r)
+	msg, err := deadLetter(m, r, s.cfg.DLQPayloadCap)
+	if err != nil {
+		s.m.encodeErrors.Inc()
+		return
+	}
+	out.msgs = append(out.msgs, msg)
+	out.rejected++
+}
+
+func (s *pairs) expiredOn(logT, wallT, now time.Time) bool {
+	return logT.Add(s.cfg.Grace).Before(s.logClock) || wallT.Add(s.cfg.Grace).Before(now)
+}
+
+// evict drops done pairers whose grace passed on either clock.
+func (s *pairs) evict(now time.Time) {
+	n := 0
+	for _, ps := range s.done {
+		if !ps.p.Done() || len(ps.buf) > 0 {
+			// Another cell of the key started since: keep it, and queue it
+			// again when it is done again.
+			ps.isDone = false
+			n++
+			continue
+		}
+		if !s.expiredOn(ps.doneLog, ps.doneWall, now) {
+			break
+		}
+		if cur := s.byKey[ps.key]; cur == ps {
+			delete(s.byKey, ps.key)
+			s.m.evictedPairs.Inc()
+		}
+		n++
+	}
+	if n > 0 {
+		clear(s.done[:n])
+		s.done = s.done[n:]
+	}
+}
+
+// sweep drops keys that never saw a cell_started (only orphaned events) and
+// were idle for the grace period, on either clock.
+func (s *pairs) sweep(now time.Time) {
+	for k, ps := range s.byKey {
+		if !ps.hadCell && s.expiredOn(ps.touchLog, ps.touchWall, now) {
+			for _, b := range ps.buf {
+				s.buffered -= len(b)
+				s.m.droppedOrphan.Add(float64(len(b)))
+			}
+			delete(s.byKey, k)
+		}
+	}
+	s.evict(now)
+}

@@ -1,0 +1,154 @@
+package processors
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/processors/internal/gen"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+type rec struct {
+	topic string
+	msg   kafka.Message
+}
+
+func encodeRecords(t *testing.T, c *gen.Campaign) []rec {
+	t.Helper()
+	var out []rec
+	for _, r := range c.Records {
+		b, err := schemas.Encode(r.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec{r.Topic, kafka.Message{Key: []byte(r.Event.PartitionKey()), Value: b, Time: r.Time}})
+	}
+	return out
+}
+
+func feedAll(l *local, recs []rec, now time.Time) map[string][]byte {
+	var derived []kafka.Message
+	for _, r := range recs {
+		l.feed(r.topic, r.msg, now, &derived)
+	}
+	set := map[string][]byte{}
+	for _, m := range derived {
+		ev, err := schemas.Decode(m.Value)
+		if err != nil {
+			panic(err)
+		}
+		set[m.Topic+"/"+ev.Header().EventID] = m.Value
+	}
+	return set
+}
+
+// TestPendingEventsAreReleased feeds events before their cell_started and
+// attempts before the update that introduces their version: they wait and
+// are admitted in arrival order when what they wait for arrives, deriving
+// exactly what the in-order stream derives.
+func TestPendingEventsAreReleased(t *testing.T) {
+	c := gen.Generate(gen.Config{Seed: 5})
+	recs := encodeRecords(t, c)
+	want := feedAll(newLocal(t, Config{MinPairs: 2}), recs, time.Now())
+
+	// Move every cell_started 4 positions later, and every update 3
+	// positions later (past attempts that already run its to_version).
+	moved := append([]rec(nil), recs...)
+	shift := func(i, by int) {
+		r := moved[i]
+		copy(moved[i:i+by], moved[i+1:i+1+by])
+		moved[i+by] = r
+	}
+	for i := len(moved) - 1; i >= 0; i-- {
+		ev, _ := schemas.Decode(moved[i].msg.Value)
+		switch ev.(type) {
+		case *schemas.CellStarted:
+			if i+4 < len(moved) {
+				shift(i, 4)
+			}
+		case *schemas.HarnessUpdate:
+			// Not past a cell_finished: the scorer ignores a finished
+			// cell's later events, and the merge never does that.
+			ok := i+3 < len(moved)
+			for j := i + 1; ok && j <= i+3; j++ {
+				next, _ := schemas.Decode(moved[j].msg.Value)
+				_, fin := next.(*schemas.CellFinished)
+				ok = !fin
+			}
+			if ok {
+				shift(i, 3)
+			}
+		}
+	}
+	l := newLocal(t, Config{MinPairs: 2})
+	got := feedAll(l, moved, time.Now())
+	if l.a.pending.added == 0 || l.a.pending.addedVersion == 0 {
+		t.Fatalf("nothing waited (%d pending, %d for a version): the test exercised nothing", l.a.pending.added, l.a.pending.addedVersion)
+	}
+	if l.a.pending.live != 0 {
+		t.Errorf("%d events still pending", l.a.pending.live)
+	}
+	for k, v := range got {
+		if strings.HasPrefix(k, schemas.TopicDLQ) {
+			ev, _ := schemas.Decode(v)
+			t.Errorf("dead letter: %+v", ev)
+		}
+	}
+	if len(want) == 0 || len(got) != len(want) {
+		t.Fatalf("derived %d events, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if !bytes.Equal(got[k], v) {
+			t.Errorf("%s differs or is missing", k)
+		}
+	}
+}
+
+// TestPendingBoundAndTimeout: with PendingMax 2, a third event for unknown
+// cells dead-letters the oldest at once; the log clock passing
+// PendingTimeout dead-letters the rest.
+func TestPendingBoundAndTimeout(t *testing.T) {
+	l := newLocal(t, Config{PendingMax: 2, PendingTimeout: time.Minute})
+	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	ghost := func(i int, at time.Time) kafka.Message {
+		a := &schemas.TaskAttempt{Envelope: schemas.Envelope{EventID: "g" + itoa(i), EventTime: at, Project: "p", Source: "t"},
+			CellID: "ghost-" + itoa(i), TaskID: "t", Cycle: 1, Attempt: 1, HarnessVersion: "h0", Status: schemas.StatusOK, Score: 1, Success: true}
+		b, err := schemas.Encode(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kafka.Message{Key: []byte(a.CellID), Value: b, Time: at}
+	}
+	var derived []kafka.Message
+	now := time.Now()
+	for i := 0; i < 3; i++ {
+		l.feed(schemas.TopicAttempts, ghost(i, t0.Add(time.Duration(i)*time.Second)), now, &derived)
+	}
+	codes := func() []string {
+		var out []string
+		for _, m := range derived {
+			ev, _ := schemas.Decode(m.Value)
+			r := ev.(*schemas.Rejected)
+			out = append(out, r.ReasonCode+":"+itoa(int(r.Offset)))
+		}
+		return out
+	}
+	if got := strings.Join(codes(), ","); got != CodeUnknownCell+":0" {
+		t.Fatalf("after overflow: dead letters %q, want the oldest (offset 0) as unknown_cell", got)
+	}
+	// An event two minutes later (log time) expires the other two.
+	l.feed(schemas.TopicAttempts, ghost(9, t0.Add(2*time.Minute)), now, &derived)
+	if got := strings.Join(codes(), ","); got != "unknown_cell:0,unknown_cell:1,unknown_cell:2" {
+		t.Fatalf("after the log clock passed the timeout: %q", got)
+	}
+	// The wall clock ends the wait of the last one on an idle partition.
+	var out sink
+	l.a.tick(&out, now.Add(2*time.Minute))
+	if len(out.msgs) != 1 || l.a.pending.live != 0 {
+		t.Fatalf("idle tick dead-lettered %d, %d still pending", len(out.msgs), l.a.pending.live)
+	}
+}

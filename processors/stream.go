@@ -1,0 +1,208 @@
+package processors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// fetched is one fetch response of a stream, decoded.
+type fetched struct {
+	stream int
+	msgs   []*inMsg
+	hwm    int64 // the partition's high watermark at fetch time
+	next   int64 // the offset after the last message fetched
+	err    error
+}
+
+// fetcher reads one topic partition from an offset on, one fetch per token on
+// want, and decodes what it read (so decoding runs beside the merge loop).
+type fetcher struct {
+	client *kafka.Client
+	cfg    *Config
+	topic  string
+	part   int
+	idx    int
+	decode bool
+}
+
+// firstOffset returns the log start offset of the partition.
+func firstOffset(ctx context.Context, client *kafka.Client, topic string, part int) (int64, error) {
+	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.FirstOffsetOf(part)}}})
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range res.Topics[topic] {
+		if p.Partition == part {
+			if p.Error != nil {
+				return 0, p.Error
+			}
+			return p.FirstOffset, nil
+		}
+	}
+	return 0, fmt.Errorf("list offsets %s/%d: partition missing from answer", topic, part)
+}
+
+// run fetches from offset on until ctx ends. Errors other than ctx's are
+// retried with backoff; one that outlasts Config.RetryMaxElapsed is sent.
+func (f *fetcher) run(ctx context.Context, offset int64, want <-chan struct{}, out chan<- fetched) {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, time.Second, f.cfg.RetryMaxElapsed
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-want:
+		}
+		var res fetched
+		err := backoff.Retry(func() error {
+			var err error
+			res, err = f.fetch(ctx, &offset)
+			if ctx.Err() != nil {
+				return backoff.Permanent(ctx.Err())
+			}
+			return err
+		}, backoff.WithContext(bo, ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			res = fetched{stream: f.idx, err: fmt.Errorf("fetch %s/%d at %d: %w", f.topic, f.part, offset, err)}
+		}
+		select {
+		case out <- res:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
+	if *offset < 0 {
+		first, err := firstOffset(ctx, f.client, f.topic, f.part)
+		if err != nil {
+			return fetched{}, err
+		}
+		*offset = first
+	}
+	res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
+		Topic: f.topic, Partition: f.part, Offset: *offset,
+		MinBytes: 1, MaxBytes: int64(f.cfg.FetchMaxBytes), MaxWait: f.cfg.FetchWait,
+	})
+	if err != nil {
+		return fetched{}, err
+	}
+	if res.Error != nil {
+		if errors.Is(res.Error, kafka.OffsetOutOfRange) {
+			// Retention removed what we wanted: restart at the log start.
+			*offset = -1
+		}
+		return fetched{}, res.Error
+	}
+	out := fetched{stream: f.idx, hwm: res.HighWatermark, next: *offset}
+	arrived := time.Now()
+	for {
+		r, err := res.Records.ReadRecord()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if len(out.msgs) > 0 {
+				break // keep what was read; the rest comes with the next fetch
+			}
+			return fetched{}, err
+		}
+		if r.Offset < *offset {
+			continue
+		}
+		m := &inMsg{topic: f.topic, partition: f.part, offset: r.Offset, ts: r.Time, arrived: arrived}
+		if m.key, err = protocol.ReadAll(r.Key); err == nil {
+			m.value, err = protocol.ReadAll(r.Value)
+		}
+		if err != nil {
+			return fetched{}, err
+		}
+		if f.decode {
+			decodeMsg(m, f.cfg.Limits)
+		}
+		out.msgs = append(out.msgs, m)
+		out.next = r.Offset + 1
+	}
+	*offset = out.next
+	return out, nil
+}
+
+// stream is the merge loop's view of one fetcher.
+type stream struct {
+	topic     string
+	rank      int
+	buf       []*inMsg
+	pos       int
+	queued    []fetched
+	inflight  bool
+	hwm       int64
+	next      int64 // offset after the last message received
+	consumed  int64 // offset after the last message processed (next to commit)
+	committed int64 // committed offset at assignment (< 0: none)
+	flushedTo int64 // consumed offset handed to the last flush (commit)
+	want      chan struct{}
+	in        prometheus.Counter // events in, for this topic
+	lastTS    time.Time          // timestamp of the last message processed
+}
+
+func (s *stream) head() *inMsg {
+	if s.pos < len(s.buf) {
+		return s.buf[s.pos]
+	}
+	return nil
+}
+
+// typeRank orders events of one timestamp: a cell's start before its updates,
+// attempts, skill events and judgments, its finish last.
+func typeRank(m *inMsg) int {
+	if m.ev == nil {
+		return 3
+	}
+	switch m.ev.Type() {
+	case schemas.TypeCellStarted:
+		return 0
+	case schemas.TypeHarnessUpdate:
+		return 1
+	case schemas.TypeTaskAttempt:
+		return 2
+	case schemas.TypeSkillEvent:
+		return 3
+	case schemas.TypeAdherenceJudgment:
+		return 4
+	case schemas.TypeCellFinished:
+		return 6
+	}
+	return 5
+}
+
+// before is the deterministic merge order: timestamp, type rank, topic rank,
+// offset.
+func before(a *inMsg, ar int, b *inMsg, br int) bool {
+	if !a.ts.Equal(b.ts) {
+		return a.ts.Before(b.ts)
+	}
+	if ta, tb := typeRank(a), typeRank(b); ta != tb {
+		return ta < tb
+	}
+	if ar != br {
+		return ar < br
+	}
+	return a.offset < b.offset
+}
