@@ -1,6 +1,8 @@
 package processors
 
 import (
+	"github.com/rs/zerolog"
+
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -13,6 +15,7 @@ import (
 // events live on that partition of the raw cell topics, and the pending
 // buffer. It is used by one goroutine.
 type cells struct {
+	log      zerolog.Logger // set by the processor; zero value logs nothing
 	cfg      *Config
 	m        *metrics
 	byID     map[string]*cellState
@@ -99,6 +102,7 @@ func (c *cells) deadLetter(m *inMsg, r *rejection, emit bool, out *sink) {
 	msg, err := deadLetter(m, r, c.cfg.DLQPayloadCap)
 	if err != nil {
 		c.m.encodeErrors.Inc()
+		c.log.Error().Err(err).Str("topic", m.topic).Msg("dead letter does not encode; not published")
 		return
 	}
 	out.msgs = append(out.msgs, msg)
@@ -198,8 +202,17 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 			for _, p := range c.pending.take(id, ev.ToVersion) {
 				c.semantic(p.m, emit, out, now)
 			}
+			c.releaseFinish(id, emit, out, now)
 		}
 	case *schemas.CellFinished:
+		if !cs.finished && c.pending.hasVersionWaiters(id) {
+			// Attempts of the cell still wait for the update that introduces
+			// their version (it is on another topic and may reach the broker
+			// later): hold the finish behind them so that hf.outcomes keeps
+			// the cell's order; releaseFinish or the pending timeout lets it go.
+			c.addPending(&pendItem{m: m, cell: id, version: finishVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
+			return
+		}
 		if cs.finished && cs.finishedID == ev.EventID {
 			c.m.duplicates.Inc()
 			return
@@ -248,8 +261,15 @@ func (c *cells) expire(due func(*pendItem) bool, emit bool, out *sink) {
 }
 
 func (c *cells) expired(p *pendItem, why string, emit bool, out *sink) {
+	if p.version == finishVersion {
+		// The finish waited long enough: process it; it dead-letters the
+		// attempts still waiting for a version.
+		c.semantic(p.m, emit, out, p.sinceWall)
+		return
+	}
 	if p.version != "" {
 		c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), why), emit, out)
+		c.releaseFinish(p.cell, emit, out, p.sinceWall)
 		return
 	}
 	c.deadLetter(p.m, reject(schemas.StageSemantic, CodeUnknownCell,
@@ -362,11 +382,35 @@ func (b *pendingBuf) take(cell, version string) []*pendItem {
 	return out
 }
 
+// finishVersion marks a held cell_finished in the pending buffer.
+const finishVersion = "\x00finish"
+
+// releaseFinish processes the cell's held cell_finished once no attempt of
+// the cell waits for a version any more.
+func (c *cells) releaseFinish(cell string, emit bool, out *sink, now time.Time) {
+	if c.pending.hasVersionWaiters(cell) {
+		return
+	}
+	for _, p := range c.pending.take(cell, finishVersion) {
+		c.semantic(p.m, emit, out, now)
+	}
+}
+
+// hasVersionWaiters reports whether an attempt of cell waits for a version.
+func (b *pendingBuf) hasVersionWaiters(cell string) bool {
+	for _, p := range b.byCell[cell] {
+		if p.version != "" && p.version != finishVersion {
+			return true
+		}
+	}
+	return false
+}
+
 // takeVersions resolves and returns the cell's items waiting for a version.
 func (b *pendingBuf) takeVersions(cell string) []*pendItem {
 	var out []*pendItem
 	for _, p := range b.byCell[cell] {
-		if p.version != "" {
+		if p.version != "" && p.version != finishVersion {
 			out = append(out, p)
 		}
 	}

@@ -55,7 +55,7 @@ type Config struct {
 	// partition (compare Kafka Streams' max.task.idle.ms): a producer that
 	// writes one topic before another (a bulk import) would otherwise have
 	// a cell's cell_finished merged before its last update. It adds up to
-	// MergeIdle of latency, not a per-message cost. Default: 500ms.
+	// MergeIdle of latency, not a per-message cost. Default: 2s.
 	MergeIdle time.Duration
 	// SessionTimeout is the consumer-group session timeout. Default: 10s.
 	SessionTimeout time.Duration
@@ -120,7 +120,7 @@ func (c *Config) setDefaults() {
 		c.FetchWait = 250 * time.Millisecond
 	}
 	if c.MergeIdle == 0 {
-		c.MergeIdle = 500 * time.Millisecond
+		c.MergeIdle = 2 * time.Second
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 10 * time.Second

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/processors/score"
@@ -13,6 +14,7 @@ import (
 // pairs is stage B's state for one assigned hf.outcomes partition: one
 // score.Pairer per pairing key. It is used by one goroutine.
 type pairs struct {
+	log      zerolog.Logger // set by the processor; zero value logs nothing
 	cfg      *Config
 	m        *metrics
 	camps    *campaignTable
@@ -144,7 +146,9 @@ func (s *pairs) add(ps *pairState, m *inMsg, ev schemas.Event, emit bool, out *s
 		}
 		b, err := schemas.Encode(o)
 		if err != nil {
+			// A derived event the schema refuses is a scorer bug: say so loudly.
 			s.m.encodeErrors.Inc()
+			s.log.Error().Err(err).Str("type", string(o.Type())).Str("event_id", h.EventID).Msg("derived event does not encode; not published")
 			continue
 		}
 		out.msgs = append(out.msgs, kafka.Message{Topic: schemas.TopicFor(o.Type()), Key: []byte(o.PartitionKey()), Value: b, Time: m.ts})

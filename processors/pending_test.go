@@ -152,3 +152,76 @@ func TestPendingBoundAndTimeout(t *testing.T) {
 		t.Fatalf("idle tick dead-lettered %d, %d still pending", len(out.msgs), l.a.pending.live)
 	}
 }
+
+// TestFinishWaitsForLateUpdate delivers every cell's updates only after its
+// cell_finished (hf.updates reached the broker late): the finish is held
+// behind the attempts that wait for an update's version, so nothing is
+// dead-lettered and every derived event equals the in-order stream's, except
+// the samples of trailing updates that no attempt runs. Such an update, late
+// past its cell's finish, is ignored by the scorer (nothing can hold the finish
+// for it): the known limit, bounded in practice by Config.MergeIdle.
+func TestFinishWaitsForLateUpdate(t *testing.T) {
+	c := gen.Generate(gen.Config{Seed: 9})
+	recs := encodeRecords(t, c)
+	want := feedAll(newLocal(t, Config{MinPairs: 2}), recs, time.Now())
+
+	decode := func(r rec) schemas.Event {
+		ev, err := schemas.Decode(r.msg.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	used := map[string]bool{} // cell + version run by some attempt
+	for _, r := range recs {
+		if a, ok := decode(r).(*schemas.TaskAttempt); ok {
+			used[a.CellID+"\x00"+a.HarnessVersion] = true
+		}
+	}
+	var moved []rec
+	late := map[string][]rec{}
+	trailing := map[string]bool{} // sample ids of updates no attempt runs
+	for _, r := range recs {
+		switch e := decode(r).(type) {
+		case *schemas.HarnessUpdate:
+			late[e.CellID] = append(late[e.CellID], r)
+			if !used[e.CellID+"\x00"+e.ToVersion] {
+				trailing[e.UpdateID+"|"+e.CellID] = true
+			}
+			continue
+		case *schemas.CellFinished:
+			moved = append(moved, r)
+			moved = append(moved, late[e.CellID]...)
+			delete(late, e.CellID)
+			continue
+		}
+		moved = append(moved, r)
+	}
+	if len(trailing) == 0 || len(trailing) == len(want) {
+		t.Fatalf("campaign has %d trailing updates: the test needs some, not all", len(trailing))
+	}
+	got := feedAll(newLocal(t, Config{MinPairs: 2}), moved, time.Now())
+	for k := range got {
+		if strings.HasPrefix(k, schemas.TopicDLQ+"/") {
+			t.Errorf("dead letter %s for a stream whose updates only arrived late", k)
+		}
+	}
+	missing := 0
+	for k, v := range want {
+		if bytes.Equal(got[k], v) {
+			continue
+		}
+		ev, err := schemas.Decode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sm, ok := ev.(*schemas.LabeledSample); ok && got[k] == nil && trailing[sm.UpdateID+"|"+sm.CellID] {
+			missing++
+			continue
+		}
+		t.Errorf("derived event %s differs or is missing", k)
+	}
+	if len(got)+missing != len(want) {
+		t.Errorf("derived %d events (+%d trailing samples), want %d", len(got), missing, len(want))
+	}
+}

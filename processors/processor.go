@@ -296,10 +296,12 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	var size func() partSize
 	if w.stage == stageA {
 		c := newCells(cfg, p.m)
+		c.log = p.log
 		process, tick = c.process, c.tick
 		size = func() partSize { return partSize{cells: len(c.byID), pending: c.pending.live} }
 	} else {
 		s := newPairs(cfg, p.m, p.camps)
+		s.log = p.log
 		process = s.process
 		tick = func(_ *sink, now time.Time) { s.sweep(now) }
 		size = func() partSize { return partSize{pairers: s.size()} }

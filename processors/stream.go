@@ -192,11 +192,25 @@ func typeRank(m *inMsg) int {
 	return 5
 }
 
-// before is the deterministic merge order: timestamp, type rank, topic rank,
+// mergeTime is the time a message is merged by: the event's own event_time
+// when it decoded and has one, else the message timestamp. Producers batch
+// each topic partition on its own, so message timestamps of different topics
+// do not follow the order in which a cell's events happened (an update can be
+// stamped after its cell's cell_finished); event times do.
+func mergeTime(m *inMsg) time.Time {
+	if m.ev != nil {
+		if t := m.ev.Header().EventTime; !t.IsZero() {
+			return t
+		}
+	}
+	return m.ts
+}
+
+// before is the deterministic merge order: merge time, type rank, topic rank,
 // offset.
 func before(a *inMsg, ar int, b *inMsg, br int) bool {
-	if !a.ts.Equal(b.ts) {
-		return a.ts.Before(b.ts)
+	if at, bt := mergeTime(a), mergeTime(b); !at.Equal(bt) {
+		return at.Before(bt)
 	}
 	if ta, tb := typeRank(a), typeRank(b); ta != tb {
 		return ta < tb

@@ -530,7 +530,7 @@ func artifact(kind, name, op, content string) schemas.Artifact {
 // markdown. The provenance line makes every revision's content unique.
 func skillMD(s skillSpec, evolver, cellID string, cycle int, batch, failed []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "---\nname: %s\ndescription: %s\n---\n\n", s.name, s.description)
+	fmt.Fprintf(&b, "---\nname: %s\ndescription: %q\n---\n\n", s.name, s.description)
 	fmt.Fprintf(&b, "# %s\n\n%s\n\n## When to use\n\nUse this skill when the task resembles: %s.\n\n## Steps\n\n",
 		strings.ReplaceAll(s.name, "-", " "), s.description, strings.Join(firstN(batch, 2), ", "))
 	for i, st := range s.steps {

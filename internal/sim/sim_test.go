@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"gopkg.in/yaml.v3"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -123,6 +125,14 @@ func TestGenerateContract(t *testing.T) {
 				hashes[e.CellID+a.ContentSHA256] = true
 				if a.Kind == schemas.KindSkill && (!strings.HasPrefix(a.Content, "---\nname: "+a.Name+"\ndescription: ") || !strings.Contains(a.Content, "\n---\n")) {
 					t.Fatalf("skill %s lacks front matter:\n%s", a.Name, a.Content)
+				}
+				if a.Kind == schemas.KindSkill {
+					// The processors parse the front matter as YAML: it must be valid.
+					fm := strings.SplitN(strings.TrimPrefix(a.Content, "---\n"), "\n---\n", 2)[0]
+					var meta struct{ Name, Description string }
+					if err := yaml.Unmarshal([]byte(fm), &meta); err != nil || meta.Name != a.Name || meta.Description == "" {
+						t.Fatalf("skill %s front matter is not valid YAML with name and description (%v):\n%s", a.Name, err, fm)
+					}
 				}
 			}
 		case *schemas.CellFinished:
@@ -289,6 +299,21 @@ func TestRunToKafka(t *testing.T) {
 	for id := range want {
 		if !got[id] {
 			t.Fatalf("event %s not in Kafka (%d of %d read)", id, len(got), len(want))
+		}
+	}
+}
+
+// Every skill the simulator can write has front matter that parses as YAML
+// with its name and description (the processors dead-letter anything else).
+func TestSkillFrontMatterIsYAML(t *testing.T) {
+	for bm, pool := range skillPools {
+		for _, s := range pool {
+			content := skillMD(s, "opus46", "cell", 1, []string{"t1", "t2"}, []string{"t1"})
+			fm := strings.SplitN(strings.TrimPrefix(content, "---\n"), "\n---\n", 2)[0]
+			var meta struct{ Name, Description string }
+			if err := yaml.Unmarshal([]byte(fm), &meta); err != nil || meta.Name != s.name || meta.Description != s.description {
+				t.Errorf("%s skill %s: front matter %q: %v, got %+v", bm, s.name, fm, err, meta)
+			}
 		}
 	}
 }

@@ -88,7 +88,8 @@
 // attempt carried one, or "task <id>: no outcome in this cell"; then
 // "evidence summary: <summary>" when present. update is, for each artifact,
 // "### <kind> <name> (<op>)\n<content>", joined by a blank line;
-// artifact_kind is the artifacts' common kind, or "mixed".
+// artifact_kind is the first artifact's kind (the schema's kind enum has no
+// "mixed"; the update text names every artifact's kind).
 // harness_version is to_version and harness_version_index its position in
 // the cell's version chain (h0 = 0, each new version appended in order).
 //

@@ -547,20 +547,18 @@ func (c *cell) query(e *schemas.HarnessUpdate) (string, time.Time) {
 }
 
 // updateText renders the artifacts ("### <kind> <name> (<op>)\n<content>",
-// joined by a blank line) and their kind (the common kind, or "mixed").
+// joined by a blank line) and the sample's artifact kind: the first artifact's
+// kind (the schema's kind enum has no "mixed"; every artifact's kind stays in
+// the text).
 func updateText(arts []schemas.Artifact) (text, kind string) {
 	var b strings.Builder
-	kind = arts[0].Kind
 	for i, a := range arts {
 		if i > 0 {
 			b.WriteString("\n\n")
 		}
 		fmt.Fprintf(&b, "### %s %s (%s)\n%s", a.Kind, a.Name, a.Op, a.Content)
-		if a.Kind != kind {
-			kind = "mixed"
-		}
 	}
-	return b.String(), kind
+	return b.String(), arts[0].Kind
 }
 
 func (p *Pairer) baseReady() bool { return p.base != nil && p.base.finished }

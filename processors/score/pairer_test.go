@@ -47,6 +47,13 @@ func TestPairerSamples(t *testing.T) {
 		out = append(out, feed(t, p, cells[id].evs)...)
 	}
 	s := samplesByUpdate(out)
+	for _, o := range out {
+		// Every output must pass the schema: the runtime cannot publish what
+		// does not encode.
+		if _, err := schemas.Encode(o); err != nil {
+			t.Errorf("output %s does not encode: %v", o.Header().EventID, err)
+		}
+	}
 	if len(s) != 8 {
 		t.Fatalf("%d samples, want 8 (e1×3, e2×2, e3, s1, p1): %v", len(s), keys(s))
 	}
@@ -110,7 +117,7 @@ func TestPairerSamples(t *testing.T) {
 		t.Errorf("query:\n%q\nwant\n%q", u1.Query, wantQuery)
 	}
 	wantUpdate := "### skill parse (add)\n---\nname: parse\ndescription: d\n---\nbody\n\n### prompt system (modify)\nBe careful."
-	if u1.Update != wantUpdate || u1.ArtifactKind != "mixed" {
+	if u1.Update != wantUpdate || u1.ArtifactKind != schemas.KindSkill {
 		t.Errorf("update %q kind %q", u1.Update, u1.ArtifactKind)
 	}
 	if s["e1-u2"].ArtifactKind != schemas.KindSkill || s["e1-u2"].Update != "### skill parse (modify)\nv2" {
