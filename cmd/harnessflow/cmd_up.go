@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/sim"
+	"github.com/harnessflow/harnessflow/internal/stack"
+)
+
+func init() { register(newUpCmd) }
+
+func newUpCmd() *cobra.Command {
+	var cfg stack.Config
+	var brokers string
+	var demo, demoExit bool
+	var demoCfg sim.Config
+	var demoTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run everything in one process: broker, ClickHouse, processors, sink, trainer, ingest",
+		Long: `up runs the whole pipeline on this machine: the embedded Kafka-protocol broker
+(unless --brokers), a managed local clickhouse-server (unless --clickhouse),
+migrations, processors, the ClickHouse sink, the trainer and the ingest gateway.
+It prints every endpoint and writes them to DATA_DIR/endpoints.json. Ctrl-C or
+SIGTERM drains and stops everything; a second up on the same --data-dir resumes
+with all data intact.
+
+With --demo it also sends a simulated cross-evaluation campaign and prints the
+report once ClickHouse holds every figure.`,
+		Example: `  harnessflow up --demo
+  harnessflow up --data-dir /var/lib/harnessflow --clickhouse 127.0.0.1:9000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Brokers = kafkax.ParseBrokers(brokers)
+			log := logx.New("up")
+			st, err := stack.New(cfg, stack.WithLogger(log))
+			if err != nil {
+				return withCode(2, err)
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- st.Run(ctx) }()
+			select {
+			case <-st.Ready():
+			case err := <-errc:
+				if err == nil {
+					return nil
+				}
+				return withCode(1, err)
+			}
+			stack.PrintEndpoints(cmd.OutOrStdout(), st.Endpoints())
+			if demo {
+				rep, err := st.RunDemo(ctx, demoCfg, cmd.ErrOrStderr(), demoTimeout)
+				if err != nil && ctx.Err() == nil {
+					cancel()
+					<-errc
+					return withCode(1, err)
+				}
+				if err == nil {
+					fmt.Fprintln(cmd.OutOrStdout())
+					if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
+						return withCode(1, err)
+					}
+					if demoExit {
+						cancel()
+					} else {
+						fmt.Fprintln(cmd.OutOrStdout(), "\nthe stack keeps running: query ClickHouse, send events, Ctrl-C to stop")
+					}
+				}
+			}
+			if err := <-errc; err != nil {
+				return withCode(1, err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", ".harnessflow", "where the broker log, ClickHouse data, checkpoints, tokens and endpoints.json live")
+	f.StringVar(&brokers, "brokers", "", "external Kafka brokers host:port[,host:port] (default: run the embedded broker)")
+	f.StringVar(&cfg.BrokerListen, "broker-listen", "127.0.0.1:9092", "embedded broker address (a free port when taken)")
+	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "external ClickHouse native host:port (default: start a managed clickhouse-server)")
+	f.StringVar(&cfg.Database, "database", "harnessflow", "ClickHouse database")
+	f.StringVar(&cfg.IngestListen, "ingest-listen", "127.0.0.1:8080", "ingest gateway address (a free port when taken)")
+	f.StringVar(&cfg.TrainerListen, "trainer-listen", "127.0.0.1:8090", "trainer /v1/score address (a free port when taken)")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9464", "/metrics and /healthz address (a free port when taken)")
+	f.StringVar(&cfg.Device, "device", "auto", "trainer compute device: auto, cpu or cuda")
+	f.StringVar(&cfg.Project, "project", "default", "project of the generated ingest token")
+	f.BoolVar(&demo, "demo", false, "also send a simulated campaign and print its report when processed")
+	f.BoolVar(&demoExit, "demo-exit", false, "with --demo: stop everything after printing the report")
+	f.StringVar(&demoCfg.Campaign, "campaign", "demo", "with --demo: campaign name")
+	f.IntVar(&demoCfg.Scale, "scale", 20, "with --demo: tasks per cell")
+	f.Int64Var(&demoCfg.Seed, "seed", 1, "with --demo: simulator seed")
+	f.DurationVar(&demoTimeout, "demo-timeout", 10*time.Minute, "with --demo: how long to wait for the campaign to be processed")
+	return cmd
+}
