@@ -1,10 +1,13 @@
 GO ?= go
 BIN := bin/harnessflow
 
-.PHONY: build deps test fuzz demo bench bench-produce vet
+.PHONY: build deps test-deps test fuzz demo bench bench-produce vet
 
 deps:
 	@bash infra/scripts/ensure-deps.sh
+
+test-deps:
+	@bash infra/scripts/ensure-deps.sh --test
 
 build:
 	$(GO) build -o $(BIN) ./cmd/harnessflow
@@ -14,7 +17,7 @@ vet:
 
 # The README's test command: vet, the race-enabled suite, and a few seconds of
 # every fuzz target.
-test: deps vet
+test: test-deps vet
 	$(GO) test -race -shuffle=on -timeout 20m ./...
 	$(MAKE) fuzz
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what harnessflow's local runs and tests need when it is missing:
-# Debian's clickhouse-server (and client). Used by `make test`, `make demo` and
-# .ci/run. Without root it prints the one command that does the install.
+# Debian's clickhouse-server (and client), and with --test also chromium (the
+# HTML report's render test). Used by `make test`, `make demo` and .ci/run.
+# Without root it prints the one command that does the install.
 set -euo pipefail
 
 have_clickhouse() {
@@ -11,6 +12,9 @@ have_clickhouse() {
 missing=()
 have_clickhouse || missing+=(clickhouse-server clickhouse-client)
 command -v clickhouse-client >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing+=(clickhouse-client)
+if [ "${1:-}" = "--test" ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 # de-duplicate
