@@ -63,7 +63,10 @@ func Validate(ev Event, lim Limits) error {
 			v.time(f.name, *f.tm(ev))
 		case kStrings:
 			for j, s := range *f.strs(ev) {
-				v.text(f.name+"["+strconv.Itoa(j)+"]", s)
+				v.bound += len(s) + 10
+				if !utf8.ValidString(s) { // name the element only when it is bad
+					v.add(f.name+"["+strconv.Itoa(j)+"]", CodeMalformed, "invalid UTF-8")
+				}
 			}
 		case kArtifacts:
 			for j, a := range *f.arts(ev) {
@@ -210,9 +213,13 @@ func (v *validator) double(field string, x float64, r rule) {
 	if r == rNone && !math.IsNaN(x) && !math.IsInf(x, 0) {
 		return
 	}
-	s := strconv.FormatFloat(x, 'g', -1, 64)
 	lo, hi, loOpen, hiOpen, text := ruleRange(r)
-	if math.IsNaN(x) || math.IsInf(x, 0) {
+	finite := !math.IsNaN(x) && !math.IsInf(x, 0)
+	if finite && (text == "" || !(x < lo || x > hi || (loOpen && x == lo) || (hiOpen && x == hi))) {
+		return // valid: format nothing
+	}
+	s := strconv.FormatFloat(x, 'g', -1, 64)
+	if !finite {
 		if text == "" {
 			v.add(field, CodeOutOfRange, s+" is not a finite number")
 		} else {
