@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ func init() { registerBench(newBenchSinkCmd) }
 
 type benchSinkOptions struct {
 	brokers, clickhouse, database, client string
-	embedded                              bool
+	embedded, viewLive                    bool
 	rows, maxRows, viewRows               int
 }
 
@@ -53,8 +54,10 @@ one run against the same ClickHouse server:
 
 It prints rows/s for each and the ratio sink / ceiling (goals: >= 200k rows/s
 and >= 0.5). With --view-rows N it also fills a separate database with N
-generated attempts (INSERT ... SELECT FROM numbers) and times each
-cross-evaluation view over them. With --embedded it starts its own broker and
+generated attempts (INSERT ... SELECT FROM numbers), times each
+cross-evaluation view over them live (no cell_scores summaries yet; skip with
+--view-live=false), recomputes every cell's summary as the sink does, and
+times the views again, checking that they return the live rows. With --embedded it starts its own broker and
 clickhouse-server and needs neither address.`,
 		Example: "  harnessflow bench sink --embedded --rows 500000\n  harnessflow bench sink --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000 --view-rows 10000000",
 		Args:    cobra.NoArgs,
@@ -71,6 +74,7 @@ clickhouse-server and needs neither address.`,
 	f.IntVar(&o.rows, "rows", 500000, "task_attempt rows to move")
 	f.IntVar(&o.maxRows, "max-rows", 50000, "the sink's rows per insert")
 	f.IntVar(&o.viewRows, "view-rows", 0, "also time the cross-evaluation views over this many generated attempts (0: skip)")
+	f.BoolVar(&o.viewLive, "view-live", true, "with --view-rows, also time the views before cell_scores is filled (the live deduplication; slow)")
 	return cmd
 }
 
@@ -222,7 +226,7 @@ func runBenchSink(ctx context.Context, out io.Writer, o benchSinkOptions) error 
 	fmt.Fprintf(out, "%-34s %12.2f  (goals: >= 200000 rows/s, >= 0.50)\n", "ratio sink / ceiling", ratio)
 
 	if o.viewRows > 0 {
-		if err := benchViews(ctx, out, conn, o.database+"_views", o.viewRows); err != nil {
+		if err := benchViews(ctx, out, conn, o.database+"_views", o.viewRows, o.viewLive); err != nil {
 			return withCode(2, err)
 		}
 	}
@@ -431,8 +435,10 @@ func appendTSV(b []byte, v any) []byte {
 
 // benchViews fills database with n generated attempts over 360 cells (2
 // benchmarks x 10 agents x (baseline + 5 evolvers) x 3 seeds) and times the
-// cross-evaluation views, best of three.
-func benchViews(ctx context.Context, out io.Writer, conn driver.Conn, database string, n int) error {
+// cross-evaluation views: once live (no cell_scores rows yet) when liveViews
+// is set, then, after recomputing every cell's summary as the sink does, best
+// of three, checking that they return the live rows.
+func benchViews(ctx context.Context, out io.Writer, conn driver.Conn, database string, n int, liveViews bool) error {
 	db := chx.QuoteIdent(database)
 	if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
 		return err
@@ -461,19 +467,85 @@ func benchViews(ctx context.Context, out io.Writer, conn driver.Conn, database s
 		}
 	}
 	fmt.Fprintf(out, "view data: %d attempts in 360 cells generated in %.1fs\n", n, time.Since(t0).Seconds())
-	for _, v := range []string{"v_cell_scores", "v_pair_gain", "v_update_gain", "v_benefit_gain"} {
-		best := math.Inf(1)
-		var rows int
-		for i := 0; i < 3; i++ {
-			t := time.Now()
-			_, res, err := chx.QueryStrings(ctx, conn, "SELECT * FROM "+db+"."+v)
-			if err != nil {
-				return fmt.Errorf("%s: %w", v, err)
-			}
-			best = math.Min(best, time.Since(t).Seconds())
-			rows = len(res)
+	views := []string{"v_cell_scores", "v_pair_gain", "v_update_gain", "v_benefit_gain"}
+	// Rows written by INSERT ... SELECT have no cell_scores summary: the views
+	// compute them live (the cost before cell_scores existed).
+	live := map[string][][]string{}
+	for _, v := range views {
+		if !liveViews {
+			break
 		}
-		fmt.Fprintf(out, "%-34s %8.3f s  (%d rows, best of 3, over %d attempts)\n", "SELECT * FROM "+v, best, rows, n)
+		secs, res, err := timeView(ctx, conn, db, v, 1)
+		if err != nil {
+			return err
+		}
+		live[v] = res
+		fmt.Fprintf(out, "%-34s %8.3f s  (%d rows, live: no summaries, over %d attempts)\n", "SELECT * FROM "+v, secs, len(res), n)
+	}
+	// What the sink does after inserting attempts: recompute their cells.
+	cells := make([]string, 360)
+	for i := range cells {
+		cells[i] = fmt.Sprintf("cell-%d", i)
+	}
+	t1 := time.Now()
+	if err := chddl.RecomputeCellScores(ctx, conn, database, cells); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "cell_scores of all 360 cells recomputed in %.2fs (%.3fs per cell of %d attempts)\n",
+		time.Since(t1).Seconds(), time.Since(t1).Seconds()/360, n/360)
+	for _, v := range views {
+		secs, res, err := timeView(ctx, conn, db, v, 3)
+		if err != nil {
+			return err
+		}
+		same := ""
+		if want, ok := live[v]; ok {
+			same = ", same rows as live"
+			if !sameRows(want, res) {
+				same = ", DIFFERENT FROM LIVE"
+			}
+		}
+		fmt.Fprintf(out, "%-34s %8.3f s  (%d rows, best of 3, from cell_scores%s, over %d attempts)\n", "SELECT * FROM "+v, secs, len(res), same, n)
 	}
 	return nil
+}
+
+// timeView runs SELECT * FROM db.v (sorted) runs times; it returns the best time and the rows.
+func timeView(ctx context.Context, conn driver.Conn, db, v string, runs int) (float64, [][]string, error) {
+	best := math.Inf(1)
+	var rows [][]string
+	for i := 0; i < runs; i++ {
+		t := time.Now()
+		_, res, err := chx.QueryStrings(ctx, conn, "SELECT * FROM "+db+"."+v)
+		if err != nil {
+			return 0, nil, fmt.Errorf("%s: %w", v, err)
+		}
+		best = math.Min(best, time.Since(t).Seconds())
+		rows = res
+	}
+	sort.Slice(rows, func(i, j int) bool { return strings.Join(rows[i], "\t") < strings.Join(rows[j], "\t") })
+	return best, rows, nil
+}
+
+// sameRows compares two sorted result sets, numbers to 1e-9 relative.
+func sameRows(a, b [][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			return false
+		}
+		for j := range a[i] {
+			if a[i][j] == b[i][j] {
+				continue
+			}
+			x, e1 := strconv.ParseFloat(a[i][j], 64)
+			y, e2 := strconv.ParseFloat(b[i][j], 64)
+			if e1 != nil || e2 != nil || math.Abs(x-y) > 1e-9*math.Max(1, math.Abs(x)) {
+				return false
+			}
+		}
+	}
+	return true
 }

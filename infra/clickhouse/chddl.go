@@ -6,7 +6,8 @@
 // and re-created), so an interrupted migration is finished by running it again:
 // there is no "dirty" state. A file is recorded in the ledger, with its
 // checksum, only after all its statements succeeded; a file whose checksum
-// differs from the ledger's (an edited view) is applied again.
+// differs from the ledger's (an edited view) is applied again, and so is every
+// file after it.
 package chddl
 
 import (
@@ -135,10 +136,14 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 	for _, r := range done {
 		have[r.Version] = r.Checksum
 	}
+	reapply := false
 	for _, f := range Files() {
-		if have[f.Version] == f.Checksum {
+		// Once a file is (re-)applied, every later one is too: a later file may
+		// redefine what an earlier one defined (0003 redefines v_cell_scores).
+		if !reapply && have[f.Version] == f.Checksum {
 			continue
 		}
+		reapply = true
 		for i, stmt := range f.Statements(database) {
 			if err := conn.Exec(ctx, stmt); err != nil {
 				return &StatementError{File: f.Name, Index: i + 1, SQL: stmt, Err: err}

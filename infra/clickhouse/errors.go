@@ -28,3 +28,17 @@ func (e *StatementError) Error() string {
 }
 
 func (e *StatementError) Unwrap() error { return e.Err }
+
+// RecomputeError says that recomputing the cell_scores of some cells failed;
+// their summaries keep their previous figures.
+type RecomputeError struct {
+	// Cells is how many cells the failed statement covered.
+	Cells int
+	Err   error
+}
+
+func (e *RecomputeError) Error() string {
+	return fmt.Sprintf("recompute cell_scores of %d cells: %v", e.Cells, e.Err)
+}
+
+func (e *RecomputeError) Unwrap() error { return e.Err }

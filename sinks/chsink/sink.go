@@ -10,6 +10,13 @@
 // down the sink stops fetching (its buffers are bounded), retries with
 // bounded backoff, and resumes where it stopped. Undecodable messages become
 // rows of rejected_events (stage decode) with their coordinates.
+//
+// Inserts run in their own goroutine (one batch in flight, one queued), so
+// decoding overlaps inserting. After each task_attempts insert the sink
+// recomputes the cell_scores summaries of that insert's cells
+// (chddl.RecomputeCellScores, in a second goroutine that coalesces queued
+// cells); a batch's offsets are committed only once it is inserted and, for
+// attempts, summarized.
 package chsink
 
 import (
@@ -18,6 +25,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -55,7 +63,9 @@ type Config struct {
 	// Default: 1s.
 	MaxAge time.Duration
 	// MaxBufferedRows bounds the rows buffered over all tables; past it the
-	// largest buffer is flushed before more is read. Default: 4 × MaxRows.
+	// largest buffer is flushed before more is read. Batches handed to the
+	// inserter (at most one in flight and one queued) are not counted.
+	// Default: 4 × MaxRows.
 	MaxBufferedRows int
 	// InsertTimeout bounds one insert attempt. Default: 60s.
 	InsertTimeout time.Duration
@@ -172,9 +182,29 @@ type Sink struct {
 	buffered  int
 	fetched   map[tp]int64 // highest offset read per partition
 	committed map[tp]int64 // highest offset committed per partition
+	awaiting  []*job       // handed to the inserter, not done yet, in order
+
+	// The workers (inserter, recomputer): jobs in, done flags, a note on
+	// progress and the first error of each out.
+	ins      chan *job
+	recs     chan *job
+	doneNote chan struct{}
+	workErr  chan error
 
 	statsMu sync.Mutex
 	stats   Stats
+}
+
+// job is one table buffer handed to the inserter, with its lowest offset
+// per partition: those offsets are not committed before the job is done
+// (inserted and, for task_attempts, its cells' cell_scores recomputed).
+type job struct {
+	t       *table
+	rows    []row
+	bytes   int
+	pending map[tp]int64
+	cells   []string // task_attempts: the cells to recompute
+	done    atomic.Bool
 }
 
 // tp is a topic partition.
@@ -287,6 +317,31 @@ func (s *Sink) Run(ctx context.Context) error {
 		}
 	}()
 
+	// The workers: the inserter takes full buffers (one in flight, one
+	// queued: decoding overlaps the insert, and a blocked insert stops the
+	// loop, hence fetching), the recomputer the inserted attempts' cells.
+	// They outlive ctx (the drain waits for them) and stop when Run returns.
+	s.ins = make(chan *job, 1)
+	s.recs = make(chan *job, 8)
+	s.doneNote = make(chan struct{}, 1)
+	s.workErr = make(chan error, 2)
+	wctx, stopWork := context.WithCancel(context.Background())
+	var insWG, recWG sync.WaitGroup
+	cs, _ := s.w.(CellScorer)
+	insWG.Add(1)
+	go func() { defer insWG.Done(); s.inserter(wctx, cs != nil) }()
+	if cs != nil {
+		recWG.Add(1)
+		go func() { defer recWG.Done(); s.recomputer(wctx, cs) }()
+	}
+	defer func() {
+		close(s.ins)
+		stopWork()
+		insWG.Wait()
+		close(s.recs)
+		recWG.Wait()
+	}()
+
 	tick := time.NewTicker(tickEvery(s.cfg.MaxAge))
 	defer tick.Stop()
 	var runErr error
@@ -298,6 +353,14 @@ loop:
 		case err := <-fetchErr:
 			runErr = err
 			break loop
+		case err := <-s.workErr:
+			runErr = err
+			break loop
+		case <-s.doneNote:
+			if err := s.commit(ctx, r); err != nil {
+				runErr = err
+				break loop
+			}
 		case m, ok := <-msgs:
 			if !ok {
 				break loop
@@ -323,6 +386,21 @@ loop:
 	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
 	if err := s.flushDue(dctx, r, true); err != nil {
+		s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
+		return fmt.Errorf("drain: %w", err)
+	}
+	for s.pruneAwaiting(); len(s.awaiting) > 0; s.pruneAwaiting() {
+		select {
+		case <-s.doneNote:
+		case err := <-s.workErr:
+			s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
+			return fmt.Errorf("drain: %w", err)
+		case <-dctx.Done():
+			s.log.Error().Err(dctx.Err()).Int("batches", len(s.awaiting)).Msg("sink drain timed out; uncommitted rows will be redelivered")
+			return fmt.Errorf("drain: %w", dctx.Err())
+		}
+	}
+	if err := s.commit(dctx, r); err != nil {
 		s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
 		return fmt.Errorf("drain: %w", err)
 	}
@@ -448,23 +526,94 @@ func (s *Sink) flushDue(ctx context.Context, r *kafka.Reader, all bool) error {
 	return nil
 }
 
-// flush inserts one table's buffer, retrying with bounded backoff; every
-// attempt builds a fresh batch from the buffer.
+// flush hands one table's buffer to the inserter (blocking while the
+// inserter is busy with one batch and has another queued); its offsets stay
+// uncommitted until the job is done.
 func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
 	n := len(b.rows)
+	j := &job{t: t, rows: b.rows, bytes: b.bytes, pending: b.pending}
+	b.rows = make([]row, 0, n)
+	b.bytes = 0
+	b.pending = map[tp]int64{}
+	s.awaiting = append(s.awaiting, j)
+	select {
+	case s.ins <- j:
+	case err := <-s.workErr:
+		return err
+	case <-ctx.Done():
+		return &InsertError{Table: t.name, Rows: n, Err: ctx.Err()}
+	}
+	s.buffered -= n
+	s.m.buffered.Set(float64(s.buffered))
+	return nil
+}
+
+// inserter inserts the jobs in order, retrying with bounded backoff (every
+// attempt builds a fresh batch from the job's rows), then marks them done or,
+// for task_attempts when recompute is set, hands them to the recomputer.
+// After a failure it reports the error once and only drains jobs.
+func (s *Sink) inserter(ctx context.Context, recompute bool) {
+	failed := false
+	for j := range s.ins {
+		if failed {
+			continue
+		}
+		t, n := j.t, len(j.rows)
+		start := time.Now()
+		attempts, err := s.retry(ctx, t.name, n, "insert", func(ictx context.Context) error {
+			t0 := time.Now()
+			err := s.w.WriteBatch(ictx, t.name, t.cols, t.build(j.rows, time.Now().UTC().Truncate(time.Second)))
+			s.m.latency.WithLabelValues(t.name).Observe(time.Since(t0).Seconds())
+			return err
+		})
+		if err != nil {
+			failed = true
+			s.workErr <- &InsertError{Table: t.name, Rows: n, Attempts: attempts, Err: err}
+			continue
+		}
+		s.m.rows.WithLabelValues(t.name).Add(float64(n))
+		s.addStats(func(st *Stats) { st.Rows += int64(n); st.Inserts++ })
+		s.log.Debug().Str("table", t.name).Int("rows", n).Int("bytes", j.bytes).Int("attempts", attempts).
+			Dur("took", time.Since(start)).Msg("inserted")
+		if recompute && t == tAttempts {
+			j.cells = attemptCells(j.rows)
+		}
+		j.rows = nil // let the events be freed
+		if j.cells == nil {
+			s.markDone(j)
+			continue
+		}
+		select {
+		case s.recs <- j:
+		case <-ctx.Done():
+			failed = true
+			s.workErr <- &InsertError{Table: "cell_scores", Rows: len(j.cells), Err: ctx.Err()}
+		}
+	}
+}
+
+func (s *Sink) markDone(j *job) {
+	j.done.Store(true)
+	select {
+	case s.doneNote <- struct{}{}:
+	default:
+	}
+}
+
+// retry runs op with bounded exponential backoff: each attempt bounded by
+// InsertTimeout, non-retryable ClickHouse errors and cancellation final. what
+// and n describe the operation in logs and metrics.
+func (s *Sink) retry(ctx context.Context, tableName string, n int, what string, op func(context.Context) error) (int, error) {
 	attempts := 0
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond
 	bo.MaxInterval = s.cfg.RetryMaxInterval
 	bo.MaxElapsedTime = s.cfg.RetryMaxElapsed
-	start := time.Now()
 	err := backoff.RetryNotify(func() error {
 		attempts++
 		ictx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
 		defer cancel()
-		t0 := time.Now()
-		err := s.w.WriteBatch(ictx, t.name, t.cols, t.build(b.rows, time.Now().UTC().Truncate(time.Second)))
-		s.m.latency.WithLabelValues(t.name).Observe(time.Since(t0).Seconds())
+		err := op(ictx)
 		if err != nil && ctx.Err() != nil {
 			return backoff.Permanent(err)
 		}
@@ -473,36 +622,106 @@ func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
 		}
 		return err
 	}, backoff.WithContext(bo, ctx), func(err error, wait time.Duration) {
-		s.m.retries.WithLabelValues(t.name).Inc()
+		s.m.retries.WithLabelValues(tableName).Inc()
 		s.addStats(func(st *Stats) { st.Retries++ })
-		s.log.Warn().Err(err).Str("table", t.name).Int("rows", n).Int("attempt", attempts).Dur("retry_in", wait).
-			Msg("insert failed; fetching paused, retrying")
+		s.log.Warn().Err(err).Str("table", tableName).Int("rows", n).Int("attempt", attempts).Dur("retry_in", wait).
+			Msg(what + " failed; fetching paused, retrying")
 	})
-	if err != nil {
-		return &InsertError{Table: t.name, Rows: n, Attempts: attempts, Err: err}
+	return attempts, err
+}
+
+// recomputer recomputes the cell_scores of the jobs' cells, one statement
+// set for every job queued meanwhile (coalesced), then marks them done. After
+// a failure it reports the error once and only drains jobs.
+func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
+	failed := false
+	for first := range s.recs {
+		if failed {
+			continue
+		}
+		batch := []*job{first}
+	more:
+		for {
+			select {
+			case j, ok := <-s.recs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, j)
+			default:
+				break more
+			}
+		}
+		seen := map[string]struct{}{}
+		var list []string
+		for _, j := range batch {
+			for _, c := range j.cells {
+				if _, dup := seen[c]; !dup {
+					seen[c] = struct{}{}
+					list = append(list, c)
+				}
+			}
+		}
+		t0 := time.Now()
+		attempts, err := s.retry(ctx, "cell_scores", len(list), "recompute", func(ictx context.Context) error {
+			return cs.RecomputeCellScores(ictx, list)
+		})
+		if err != nil {
+			failed = true
+			s.workErr <- &InsertError{Table: "cell_scores", Rows: len(list), Attempts: attempts, Err: err}
+			continue
+		}
+		s.m.latency.WithLabelValues("cell_scores").Observe(time.Since(t0).Seconds())
+		s.log.Debug().Int("cells", len(list)).Int("batches", len(batch)).Dur("took", time.Since(t0)).Msg("cell_scores recomputed")
+		for _, j := range batch {
+			s.markDone(j)
+		}
 	}
-	s.m.rows.WithLabelValues(t.name).Add(float64(n))
-	s.addStats(func(st *Stats) { st.Rows += int64(n); st.Inserts++ })
-	s.log.Debug().Str("table", t.name).Int("rows", n).Int("bytes", b.bytes).Int("attempts", attempts).
-		Dur("took", time.Since(start)).Msg("inserted")
-	s.buffered -= n
-	s.m.buffered.Set(float64(s.buffered))
-	// Reuse the backing array; drop references so the events can be freed.
-	clear(b.rows)
-	b.rows = b.rows[:0]
-	b.bytes = 0
-	clear(b.pending)
-	return nil
+}
+
+// pruneAwaiting drops the jobs that are done.
+func (s *Sink) pruneAwaiting() {
+	w := 0
+	for _, j := range s.awaiting {
+		if !j.done.Load() {
+			s.awaiting[w] = j
+			w++
+		}
+	}
+	clear(s.awaiting[w:])
+	s.awaiting = s.awaiting[:w]
+}
+
+// attemptCells returns the distinct cell ids of task_attempts rows.
+func attemptCells(rows []row) []string {
+	seen := map[string]struct{}{}
+	var out []string
+	for _, r := range rows {
+		if a, ok := r.ev.(*schemas.TaskAttempt); ok {
+			if _, dup := seen[a.CellID]; !dup {
+				seen[a.CellID] = struct{}{}
+				out = append(out, a.CellID)
+			}
+		}
+	}
+	return out
 }
 
 // commit commits, per partition, the highest offset below every buffered
-// (uncommitted) row of that partition in any table.
+// (uncommitted) row of that partition in any table, or of an insert whose
+// cell_scores recomputation is not done.
 func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
+	s.pruneAwaiting()
 	var msgs []kafka.Message
 	for k, hi := range s.fetched {
 		upto := hi
 		for _, b := range s.bufs {
 			if lo, ok := b.pending[k]; ok && lo-1 < upto {
+				upto = lo - 1
+			}
+		}
+		for _, j := range s.awaiting {
+			if lo, ok := j.pending[k]; ok && lo-1 < upto {
 				upto = lo - 1
 			}
 		}

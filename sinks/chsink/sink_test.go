@@ -270,6 +270,18 @@ func TestSinkWritesEveryTableAndRedeliveryChangesNoView(t *testing.T) {
 			t.Errorf("%s is empty", v)
 		}
 	}
+	// The sink recomputed the cell_scores summary of every cell it wrote
+	// attempts of, and the summaries are what the live deduplication gives.
+	attemptCells := map[string]bool{}
+	for _, ev := range evs {
+		if a, ok := ev.(*schemas.TaskAttempt); ok {
+			attemptCells[a.CellID] = true
+		}
+	}
+	if n, err := count(ch.Conn, "SELECT count() FROM cell_scores FINAL"); err != nil || n != uint64(len(attemptCells)) {
+		t.Fatalf("cell_scores rows %d (%v), want %d", n, err, len(attemptCells))
+	}
+	assertSummariesLive(t, ch.Conn)
 	// Undecodable messages are rows with their coordinates.
 	_, rows, err := chx.QueryStrings(context.Background(), ch.Conn,
 		"SELECT stage, reason_code, source_topic, source_offset >= 0, payload FROM rejected_events WHERE stage = 'decode' ORDER BY payload")
@@ -311,7 +323,36 @@ func TestSinkWritesEveryTableAndRedeliveryChangesNoView(t *testing.T) {
 			t.Errorf("%s changed after a full replay:\nbefore:\n%s\nafter:\n%s", k, v, after[k])
 		}
 	}
+	assertSummariesLive(t, ch.Conn)
 	assertCommitted(t, brokers, "g1")
+}
+
+// assertSummariesLive checks that every cell_scores summary equals the live
+// per-task deduplication of the cell's attempts (v_cell_scores' definition).
+func assertSummariesLive(t *testing.T, conn driver.Conn) {
+	t.Helper()
+	const live = `SELECT cell_id, count(), 100 * avg(t_first), 100 * avg(t_final), 100 * avg(t_first_score), 100 * avg(t_final_score)
+FROM (SELECT cell_id, task_id,
+    argMaxIf(success = 1 AND status = 'ok', _version, attempt = 1) AS t_first,
+    argMaxIf(if(status = 'ok', score, 0), _version, attempt = 1) AS t_first_score,
+    argMaxIf(success = 1 AND status = 'ok', _version, final = 1) AS t_final,
+    argMaxIf(if(status = 'ok', score, 0), _version, final = 1) AS t_final_score
+  FROM task_attempts GROUP BY cell_id, task_id)
+GROUP BY cell_id ORDER BY cell_id`
+	const summary = `SELECT cell_id, argMax(n_tasks, _version), argMax(pass_rate, _version), argMax(pass_rate_final, _version),
+    argMax(mean_score, _version), argMax(mean_score_final, _version)
+FROM cell_scores GROUP BY cell_id ORDER BY cell_id`
+	_, want, err := chx.QueryStrings(context.Background(), conn, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := chx.QueryStrings(context.Background(), conn, summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || len(want) == 0 {
+		t.Fatalf("cell_scores:\n%v\nlive:\n%v", got, want)
+	}
 }
 
 // assertCommitted checks that group has committed the end offset of every

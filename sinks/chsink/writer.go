@@ -7,6 +7,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
 	"github.com/harnessflow/harnessflow/internal/chx"
 )
 
@@ -18,7 +19,17 @@ type BatchWriter interface {
 	WriteBatch(ctx context.Context, table string, columns []string, data []any) error
 }
 
-// connWriter implements BatchWriter over clickhouse-go's native protocol with
+// CellScorer recomputes the cell_scores summaries of cells from their
+// attempts (chddl.RecomputeCellScores). When the sink's BatchWriter also
+// implements it, the sink calls it with the cells of every task_attempts
+// insert, after the insert and before committing the offsets; a writer
+// without it leaves cell_scores alone and the views compute those cells live
+// (exact, slower).
+type CellScorer interface {
+	RecomputeCellScores(ctx context.Context, cellIDs []string) error
+}
+
+// connWriter implements BatchWriter and CellScorer over clickhouse-go's native protocol with
 // named-column batch inserts into database.
 type connWriter struct {
 	conn     driver.Conn
@@ -55,4 +66,8 @@ func quoteAll(cols []string) string {
 		q[i] = chx.QuoteIdent(c)
 	}
 	return strings.Join(q, ", ")
+}
+
+func (w *connWriter) RecomputeCellScores(ctx context.Context, cellIDs []string) error {
+	return chddl.RecomputeCellScores(ctx, w.conn, w.database, cellIDs)
 }
