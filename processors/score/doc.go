@@ -45,10 +45,11 @@
 //
 // # Rounds
 //
-// Round t of a cell is closed when the cell finishes or when an attempt or
-// update of cycle ≥ t+2 arrives (one round of slack: skill events and
-// judgments, which come from other raw topics, may trail the next round's
-// first attempts). Inputs for a closed round (attempts, skill loads,
+// Round t of a cell is closed when the cell finishes or when an attempt of
+// cycle ≥ t+2 arrives (one round of slack: skill events and judgments, which
+// come from other raw topics, may trail the next round's first attempts).
+// Updates do not close rounds: they travel on their own topic and may
+// overtake the cell's earlier attempts. Inputs for a closed round (attempts, skill loads,
 // judgments, updates of cycle ≤ t) are late: ignored and counted in
 // Stats.Late. Events after cell_finished are ignored (Stats.Ignored). Skill
 // events and judgments are attached to the latest attempt row of the cell
@@ -82,10 +83,12 @@
 // ReasonRolledBack.
 //
 // query is the evidence the evolver saw, as lines: for each evidence task id,
-// in the given order, "task <id>: pass|fail score=<score>" (the latest
-// attempt-1 outcome of that task in the cell when the update arrived, score
-// in shortest decimal form) followed by "input: <task_input>" when the
-// attempt carried one, or "task <id>: no outcome in this cell"; then
+// in the given order, "task <id>: pass|fail score=<score>" (the task's
+// attempt-1 outcome in the update's own round — the batch the evolver saw —
+// looked up when the sample becomes final, so an update that overtakes its
+// evidence attempts on the way in changes nothing; score in shortest decimal
+// form) followed by "input: <task_input>" when the attempt carried one, or
+// "task <id>: no outcome in this cell" (also for evidence from other rounds); then
 // "evidence summary: <summary>" when present. update is, for each artifact,
 // "### <kind> <name> (<op>)\n<content>", joined by a blank line;
 // artifact_kind is the first artifact's kind (the schema's kind enum has no

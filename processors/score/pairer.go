@@ -129,9 +129,13 @@ type pendingUpdate struct {
 	updateID, from, to, evolver string
 	cycle                       int32
 	rolledBack                  bool
-	query, text, kind           string
+	text, kind                  string
 	versionIdx                  int32
-	at                          time.Time // max(update, evidence attempts)
+	at                          time.Time // the update's event time
+	// evidence and summary make the query, built when the sample is final:
+	// the evidence attempts may arrive after the update (other topic).
+	evidence []string
+	summary  string
 }
 
 type cell struct {
@@ -148,7 +152,6 @@ type cell struct {
 	rounds    map[int32]*round
 	last      *round
 	byAttempt map[akey]*attemptRec
-	latest    map[string]*outcome
 	orphans   map[akey][]schemas.Event
 	updates   []*pendingUpdate
 	updateIDs map[string]struct{}
@@ -230,7 +233,7 @@ func (p *Pairer) Size() int {
 		n += len(p.base.scores)
 	}
 	for _, c := range p.cells {
-		n += 1 + len(c.seen) + len(c.latest) + len(c.byAttempt) + len(c.updates)
+		n += 1 + len(c.seen) + len(c.byAttempt) + len(c.updates)
 		for _, o := range c.orphans {
 			n += len(o)
 		}
@@ -306,7 +309,6 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 			p.stats.Orphans += int64(len(o))
 		}
 		c.orphans = nil
-		c.latest = nil
 		c.byAttempt = nil
 	}
 	return p.collect(c), nil
@@ -346,7 +348,6 @@ func (p *Pairer) start(e *schemas.CellStarted) error {
 		chain:     map[string]int32{e.H0Version: 0},
 		rounds:    map[int32]*round{},
 		byAttempt: make(map[akey]*attemptRec, hint),
-		latest:    make(map[string]*outcome, hint),
 		orphans:   map[akey][]schemas.Event{},
 		updateIDs: map[string]struct{}{},
 		maxTime:   e.EventTime,
@@ -359,8 +360,8 @@ func (p *Pairer) start(e *schemas.CellStarted) error {
 }
 
 // closedThrough is the last closed cycle of c: every cycle when c finished,
-// else two below the highest cycle seen (one round of slack for skill events
-// and judgments that trail the next round's first attempts).
+// else two below the highest cycle of an attempt seen (one round of slack for
+// skill events and judgments that trail the next round's first attempts).
 func (c *cell) closedThrough() int64 {
 	if c.finished {
 		return math.MaxInt64
@@ -429,7 +430,6 @@ func (p *Pairer) attempt(c *cell, e *schemas.TaskAttempt) {
 			r.outcomes[e.TaskID] = o
 			r.order = append(r.order, e.TaskID)
 			r.outTime = maxTime(r.outTime, e.EventTime)
-			c.latest[e.TaskID] = o
 			if c.kind == kindBaseline {
 				if _, ok := p.base.scores[e.TaskID]; !ok {
 					p.base.scores[e.TaskID] = score
@@ -476,7 +476,10 @@ func (p *Pairer) apply(c *cell, rec *attemptRec, ev schemas.Event) {
 }
 
 func (p *Pairer) update(c *cell, e *schemas.HarnessUpdate) {
-	c.bump(e.Cycle)
+	// An update does not advance the cell's rounds: only attempts (and the
+	// finish) close them. Updates travel on their own topic and can overtake
+	// the cell's earlier attempts, while an attempt never overtakes the update
+	// whose version it runs (the processors hold it until that update).
 	idx, ok := c.chain[e.ToVersion]
 	if !ok {
 		c.chainLen++
@@ -507,20 +510,23 @@ func (p *Pairer) update(c *cell, e *schemas.HarnessUpdate) {
 		updateID: e.UpdateID, from: e.FromVersion, to: e.ToVersion, evolver: e.EvolverModel,
 		cycle: e.Cycle, rolledBack: e.RolledBack, versionIdx: idx,
 	}
-	u.query, u.at = c.query(e)
+	u.evidence, u.summary, u.at = e.EvidenceTaskIDs, e.EvidenceSummary, e.EventTime
 	u.text, u.kind = updateText(e.Artifacts)
 	c.updates = append(c.updates, u)
 }
 
 // query renders the evidence the evolver saw (see the package doc).
-func (c *cell) query(e *schemas.HarnessUpdate) (string, time.Time) {
+func (c *cell) query(u *pendingUpdate, r0 *round) (string, time.Time) {
 	var b strings.Builder
-	at := e.EventTime
-	for i, id := range e.EvidenceTaskIDs {
+	at := u.at
+	for i, id := range u.evidence {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		o := c.latest[id]
+		var o *outcome
+		if r0 != nil {
+			o = r0.outcomes[id]
+		}
 		if o == nil {
 			fmt.Fprintf(&b, "task %s: no outcome in this cell", id)
 			continue
@@ -536,12 +542,12 @@ func (c *cell) query(e *schemas.HarnessUpdate) (string, time.Time) {
 		}
 		at = maxTime(at, o.at)
 	}
-	if e.EvidenceSummary != "" {
+	if u.summary != "" {
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}
 		b.WriteString("evidence summary: ")
-		b.WriteString(e.EvidenceSummary)
+		b.WriteString(u.summary)
 	}
 	return b.String(), at
 }
@@ -760,7 +766,7 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 	}
 	r0, r1 := c.rounds[u.cycle], c.rounds[u.cycle+1]
 	before, after := p.values(r0, u.from, d), p.values(r1, u.to, d)
-	at := u.at
+	query, at := c.query(u, r0)
 	if r0 != nil {
 		at = maxTime(at, r0.outTime)
 	}
@@ -789,7 +795,7 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 		Envelope: schemas.Envelope{EventID: id, EventTime: at, Project: p.params.Project, Source: Source},
 		SampleID: id, UpdateID: u.updateID, CellID: info.CellID, CampaignID: info.CampaignID,
 		Benchmark: info.Benchmark, AgentModel: info.AgentModel, EvolverModel: evolver,
-		Cycle: u.cycle, Query: u.query, Update: u.text, ArtifactKind: u.kind,
+		Cycle: u.cycle, Query: query, Update: u.text, ArtifactKind: u.kind,
 		Effect: est.Effect, Label: label, NBefore: int32(est.NBefore), NAfter: int32(est.NAfter),
 		CILow: est.CILow, CIHigh: est.CIHigh, PValue: est.PValue, Reason: reason,
 		HarnessVersion: u.to, HarnessVersionIndex: u.versionIdx,

@@ -555,3 +555,49 @@ func TestSetParams(t *testing.T) {
 		t.Errorf("p1-u1 with α 0.001: %s %q", s["p1-u1"].Label, s["p1-u1"].Reason)
 	}
 }
+
+// TestUpdatesOvertakingAttempts moves every update of every cell to right
+// after its cell_started (hf.updates ran ahead of hf.attempts): rounds still
+// close by attempts, the query is built from the update's own round, and the
+// outputs equal the in-order stream's byte for byte.
+func TestUpdatesOvertakingAttempts(t *testing.T) {
+	cells := campaign()
+	run := func(reorder bool) map[string]string {
+		p := NewPairer(testKey, Params{})
+		out := map[string]string{}
+		for _, id := range cellOrder {
+			evs := cells[id].evs
+			if reorder {
+				var ups, rest []schemas.Event
+				for _, ev := range evs[1:] {
+					if _, ok := ev.(*schemas.HarnessUpdate); ok {
+						ups = append(ups, ev)
+					} else {
+						rest = append(rest, ev)
+					}
+				}
+				evs = append(append([]schemas.Event{evs[0]}, ups...), rest...)
+			}
+			for _, ev := range feed(t, p, evs) {
+				b, err := schemas.MarshalJSON(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[ev.Header().EventID] = string(b)
+			}
+		}
+		return out
+	}
+	want, got := run(false), run(true)
+	if len(want) == 0 {
+		t.Fatal("the fixture derived nothing")
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("output %s differs when updates overtake attempts:\n got %s\nwant %s", id, got[id], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d outputs, want %d", len(got), len(want))
+	}
+}
