@@ -32,6 +32,11 @@ type cellState struct {
 	known   map[string]struct{}
 	hashes  map[string]struct{}
 	ids     map[string]struct{} // admitted update ids (a redelivered update is skipped, not a duplicate_content)
+	// attempts are the admitted task_attempt ids: a cell_finished waits until
+	// their count reaches its attempts field. Dropped when the cell finishes.
+	attempts map[string]struct{}
+	// heldFinish: a cell_finished waits in the pending buffer.
+	heldFinish bool
 
 	startedID    string
 	finishedID   string
@@ -110,14 +115,20 @@ func (c *cells) deadLetter(m *inMsg, r *rejection, emit bool, out *sink) {
 }
 
 func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink) {
-	if m.ev.Type() == schemas.TypeHarnessUpdate {
+	switch m.ev.Type() {
+	case schemas.TypeHarnessUpdate:
 		cs.ids[m.ev.Header().EventID] = struct{}{}
+	case schemas.TypeTaskAttempt:
+		if cs.attempts != nil {
+			cs.attempts[m.ev.Header().EventID] = struct{}{}
+		}
 	}
 	if !emit {
 		return
 	}
 	c.m.admitted.Inc()
 	out.msgs = append(out.msgs, kafka.Message{Topic: schemas.TopicOutcomes, Key: cs.key, Value: m.value, Time: m.ts})
+	out.admitted = append(out.admitted, evEntry{value: m.value, ev: m.ev})
 	out.outcomes++
 }
 
@@ -137,7 +148,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		cs = &cellState{
 			id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
 			known:  map[string]struct{}{st.H0Version: {}},
-			hashes: map[string]struct{}{}, ids: map[string]struct{}{},
+			hashes: map[string]struct{}{}, ids: map[string]struct{}{}, attempts: map[string]struct{}{},
 			startedID: st.EventID,
 		}
 		c.byID[id] = cs
@@ -162,6 +173,9 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 			return
 		}
 		c.admit(cs, m, emit, out)
+		if cs.heldFinish {
+			c.releaseFinish(id, emit, out, now)
+		}
 	case *schemas.HarnessUpdate:
 		if _, dup := cs.ids[ev.EventID]; dup {
 			c.m.duplicates.Inc()
@@ -205,11 +219,13 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 			c.releaseFinish(id, emit, out, now)
 		}
 	case *schemas.CellFinished:
-		if !cs.finished && c.pending.hasVersionWaiters(id) {
-			// Attempts of the cell still wait for the update that introduces
-			// their version (it is on another topic and may reach the broker
-			// later): hold the finish behind them so that hf.outcomes keeps
-			// the cell's order; releaseFinish or the pending timeout lets it go.
+		if !cs.finished && (c.pending.hasVersionWaiters(id) || int64(len(cs.attempts)) < ev.Attempts) {
+			// Attempts of the cell have not all been admitted: some wait for
+			// the update that introduces their version, or are still on their
+			// way on hf.attempts (each topic reaches the broker on its own).
+			// Hold the finish behind them so that hf.outcomes keeps the
+			// cell's order; releaseFinish or the pending timeout lets it go.
+			cs.heldFinish = true
 			c.addPending(&pendItem{m: m, cell: id, version: finishVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
 			return
 		}
@@ -224,6 +240,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		}
 		c.admit(cs, m, emit, out)
 		cs.finished, cs.finishedID, cs.finishedLog, cs.finishedWall = true, ev.EventID, m.ts, now
+		cs.attempts, cs.heldFinish = nil, false
 		c.finished = append(c.finished, cs)
 		for _, p := range c.pending.takeVersions(id) {
 			c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell finished"), emit, out)
@@ -240,6 +257,10 @@ func unknownVersion(a *schemas.TaskAttempt, why string) *rejection {
 }
 
 func (c *cells) addPending(p *pendItem, emit bool, out *sink) {
+	// Fetchers allocate a fetch's messages together: hold a copy, so that a
+	// long wait does not keep the whole fetch's messages alive.
+	cp := *p.m
+	p.m = &cp
 	if c.pending.live >= c.cfg.PendingMax {
 		if old := c.pending.popOldest(); old != nil {
 			c.expired(old, "the pending buffer was full", emit, out)
@@ -370,14 +391,33 @@ func (b *pendingBuf) resolve(p *pendItem) {
 // take resolves and returns, in arrival order, the cell's items waiting for
 // version ("" = waiting for cell_started).
 func (b *pendingBuf) take(cell, version string) []*pendItem {
+	return b.takeIf(cell, func(p *pendItem) bool { return p.version == version })
+}
+
+// takeIf resolves and returns, in arrival order, the cell's items that match,
+// in one pass over the cell's list (resolve per item would be quadratic in a
+// cell's pending events).
+func (b *pendingBuf) takeIf(cell string, match func(*pendItem) bool) []*pendItem {
+	list, ok := b.byCell[cell]
+	if !ok {
+		return nil
+	}
 	var out []*pendItem
-	for _, p := range b.byCell[cell] {
-		if p.version == version {
+	kept := list[:0]
+	for _, p := range list {
+		if match(p) {
+			p.done = true
+			b.live--
 			out = append(out, p)
+		} else {
+			kept = append(kept, p)
 		}
 	}
-	for _, p := range out {
-		b.resolve(p)
+	clear(list[len(kept):])
+	if len(kept) == 0 {
+		delete(b.byCell, cell)
+	} else {
+		b.byCell[cell] = kept
 	}
 	return out
 }
@@ -388,9 +428,16 @@ const finishVersion = "\x00finish"
 // releaseFinish processes the cell's held cell_finished once no attempt of
 // the cell waits for a version any more.
 func (c *cells) releaseFinish(cell string, emit bool, out *sink, now time.Time) {
-	if c.pending.hasVersionWaiters(cell) {
+	cs := c.byID[cell]
+	if cs == nil || !cs.heldFinish || c.pending.hasVersionWaiters(cell) {
 		return
 	}
+	for _, p := range c.pending.byCell[cell] {
+		if f, ok := p.m.ev.(*schemas.CellFinished); ok && p.version == finishVersion && int64(len(cs.attempts)) < f.Attempts {
+			return
+		}
+	}
+	cs.heldFinish = false
 	for _, p := range c.pending.take(cell, finishVersion) {
 		c.semantic(p.m, emit, out, now)
 	}
@@ -408,14 +455,5 @@ func (b *pendingBuf) hasVersionWaiters(cell string) bool {
 
 // takeVersions resolves and returns the cell's items waiting for a version.
 func (b *pendingBuf) takeVersions(cell string) []*pendItem {
-	var out []*pendItem
-	for _, p := range b.byCell[cell] {
-		if p.version != "" && p.version != finishVersion {
-			out = append(out, p)
-		}
-	}
-	for _, p := range out {
-		b.resolve(p)
-	}
-	return out
+	return b.takeIf(cell, func(p *pendItem) bool { return p.version != "" && p.version != finishVersion })
 }

@@ -47,8 +47,10 @@ type Config struct {
 	BatchSize int
 	// FetchMaxBytes caps one fetch response per topic partition. Default: 4 MiB.
 	FetchMaxBytes int
-	// FetchWait is how long an empty fetch waits at the broker for data; it
-	// also paces idle partitions' wall-clock timeouts. Default: 250ms.
+	// FetchWait is how long an empty fetch waits at the broker for data (a
+	// partition's first fetch does not wait, so an empty partition is known
+	// at its end at once); it also paces idle partitions' wall-clock
+	// timeouts. Default: 250ms.
 	FetchWait time.Duration
 	// MergeIdle is how long stage A holds a message that arrived while a
 	// sibling raw topic partition is empty, before merging it past that

@@ -88,7 +88,10 @@
 // a declaration arrives or changes) and Config.MinPairs, Config.Lambda.
 // Events of a cell whose cell_started has not reached the Pairer are held
 // until it does. Outputs go to hf.samples and hf.round-metrics (key cell_id),
-// with the ids the scorer derives.
+// with the ids the scorer derives. An hf.outcomes message whose exact bytes
+// this process's stage A admitted moments before is not decoded a second
+// time: stage A hands the decoded event over in a small bounded cache
+// (evCache, byte-for-byte match; any other message is decoded as usual).
 //
 // # Delivery, state and rebalances
 //

@@ -51,6 +51,8 @@ func decodeMsg(m *inMsg, lim schemas.Limits) {
 // sink collects the outputs of a batch, in order.
 type sink struct {
 	msgs []kafka.Message
+	// admitted are the events written to hf.outcomes, for the evCache.
+	admitted []evEntry
 	// counts by output kind, for metrics and logs.
 	outcomes, rejected, samples, rounds int
 }
@@ -60,6 +62,8 @@ func (s *sink) reset() {
 		s.msgs[i] = kafka.Message{}
 	}
 	s.msgs = s.msgs[:0]
+	clear(s.admitted)
+	s.admitted = s.admitted[:0]
 	s.outcomes, s.rejected, s.samples, s.rounds = 0, 0, 0, 0
 }
 

@@ -225,3 +225,58 @@ func TestFinishWaitsForLateUpdate(t *testing.T) {
 		t.Errorf("derived %d events (+%d trailing samples), want %d", len(got), missing, len(want))
 	}
 }
+
+// TestFinishWaitsForLateAttempts delivers each cell's last-round attempts
+// after its cell_finished (hf.attempts reached the broker late): the finish
+// waits until as many attempts as it announces were admitted, so the derived
+// events equal the in-order stream's.
+func TestFinishWaitsForLateAttempts(t *testing.T) {
+	c := gen.Generate(gen.Config{Seed: 11})
+	recs := encodeRecords(t, c)
+	want := feedAll(newLocal(t, Config{MinPairs: 2}), recs, time.Now())
+
+	decode := func(r rec) schemas.Event {
+		ev, err := schemas.Decode(r.msg.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	last := map[string]int32{}
+	for _, r := range recs {
+		if a, ok := decode(r).(*schemas.TaskAttempt); ok && a.Cycle > last[a.CellID] {
+			last[a.CellID] = a.Cycle
+		}
+	}
+	var moved []rec
+	late := map[string][]rec{}
+	n := 0
+	for _, r := range recs {
+		switch e := decode(r).(type) {
+		case *schemas.TaskAttempt:
+			if e.Cycle == last[e.CellID] {
+				late[e.CellID] = append(late[e.CellID], r)
+				n++
+				continue
+			}
+		case *schemas.CellFinished:
+			moved = append(moved, r)
+			moved = append(moved, late[e.CellID]...)
+			delete(late, e.CellID)
+			continue
+		}
+		moved = append(moved, r)
+	}
+	if n == 0 {
+		t.Fatal("no attempts moved")
+	}
+	got := feedAll(newLocal(t, Config{MinPairs: 2}), moved, time.Now())
+	for k, v := range want {
+		if !bytes.Equal(got[k], v) {
+			t.Errorf("derived event %s differs or is missing", k)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("derived %d events, want %d", len(got), len(want))
+	}
+}

@@ -38,6 +38,7 @@ type Processor struct {
 	client *kafka.Client
 	writer *kafka.Writer
 	camps  *campaignTable
+	cache  *evCache // stage A's admitted events, for stage B's fetchers
 	ran    atomic.Bool
 
 	// live state sizes per stage and partition, for gauges and tests.
@@ -60,7 +61,7 @@ func New(cfg Config, opts ...Option) (*Processor, error) {
 	if !o.logSet {
 		o.log = logx.New("process")
 	}
-	p := &Processor{cfg: cfg, log: o.log, m: newMetrics(), prog: o.progress, camps: newCampaignTable(), sizes: map[string]partSize{}}
+	p := &Processor{cfg: cfg, log: o.log, m: newMetrics(), prog: o.progress, camps: newCampaignTable(), cache: newEvCache(), sizes: map[string]partSize{}}
 	r := o.reg
 	if r == nil {
 		p.reg = obs.NewRegistry()
@@ -102,7 +103,12 @@ func (p *Processor) Run(ctx context.Context) error {
 			return fmt.Errorf("%w: %s has %d, %s has %d", ErrTopicLayout, CellTopics[0], n, t, len(parts[t]))
 		}
 	}
-	p.writer = kafkax.NewWriter(kafkax.WriterConfig{Brokers: cfg.Brokers, BatchSize: 5000, BatchBytes: 16 << 20, BatchTimeout: 2 * time.Millisecond})
+	// kafka-go allocates (and clears) BatchSize messages for every batch it
+	// starts, per output partition: a batch of outputs spread over the
+	// partitions starts several, so a large BatchSize costs far more memory
+	// bandwidth and GC than the requests it saves. A flush of Config.BatchSize
+	// inputs writes about that many outputs over many partitions.
+	p.writer = kafkax.NewWriter(kafkax.WriterConfig{Brokers: cfg.Brokers, BatchSize: writerBatchSize, BatchBytes: 16 << 20, BatchTimeout: 2 * time.Millisecond})
 	defer p.writer.Close()
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -158,6 +164,10 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// writerBatchSize is the output writer's batch size (messages per produce
+// request per partition).
+const writerBatchSize = 1000
 
 const (
 	stageA = "validate"
@@ -313,6 +323,9 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	ch := make(chan fetched, len(w.streams))
 	for i, s := range w.streams {
 		f := &fetcher{client: p.client, cfg: cfg, topic: s.topic, part: w.part, idx: i, decode: true}
+		if w.stage == stageB {
+			f.cache = p.cache
+		}
 		go f.run(ctx, -1, s.want, ch)
 		s.want <- struct{}{}
 		s.inflight = true
@@ -537,6 +550,7 @@ func (w *partWork) startFlush(fctx context.Context, out *sink, processed int) {
 	done := make(chan error, 1)
 	w.flushDone = done
 	go func() {
+		w.p.cache.put(out.admitted)
 		err := w.flush(fctx, out, processed, commit, hwm)
 		out.reset()
 		done <- err

@@ -33,6 +33,11 @@ type fetcher struct {
 	part   int
 	idx    int
 	decode bool
+	cache  *evCache // events this process admitted (stage B); nil: none
+	// started: a fetch answered. The first fetch does not wait at the broker
+	// (an empty partition answers at once, with its high watermark), so that
+	// a stage knows without FetchWait's delay which streams are at their end.
+	started bool
 }
 
 // firstOffset returns the log start offset of the partition.
@@ -97,13 +102,18 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 		}
 		*offset = first
 	}
+	wait := f.cfg.FetchWait
+	if !f.started {
+		wait = time.Millisecond
+	}
 	res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
 		Topic: f.topic, Partition: f.part, Offset: *offset,
-		MinBytes: 1, MaxBytes: int64(f.cfg.FetchMaxBytes), MaxWait: f.cfg.FetchWait,
+		MinBytes: 1, MaxBytes: int64(f.cfg.FetchMaxBytes), MaxWait: wait,
 	})
 	if err != nil {
 		return fetched{}, err
 	}
+	f.started = true
 	if res.Error != nil {
 		if errors.Is(res.Error, kafka.OffsetOutOfRange) {
 			// Retention removed what we wanted: restart at the log start.
@@ -113,6 +123,8 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 	}
 	out := fetched{stream: f.idx, hwm: res.HighWatermark, next: *offset}
 	arrived := time.Now()
+	// One allocation for the fetch's messages instead of one per message.
+	var slab []inMsg
 	for {
 		r, err := res.Records.ReadRecord()
 		if err != nil {
@@ -127,18 +139,22 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 		if r.Offset < *offset {
 			continue
 		}
-		m := &inMsg{topic: f.topic, partition: f.part, offset: r.Offset, ts: r.Time, arrived: arrived}
+		if len(slab) == cap(slab) {
+			slab = make([]inMsg, 0, min(max(2*cap(slab), 64), 4096))
+		}
+		slab = append(slab, inMsg{topic: f.topic, partition: f.part, offset: r.Offset, ts: r.Time, arrived: arrived})
+		m := &slab[len(slab)-1]
 		if m.key, err = protocol.ReadAll(r.Key); err == nil {
 			m.value, err = protocol.ReadAll(r.Value)
 		}
 		if err != nil {
 			return fetched{}, err
 		}
-		if f.decode {
-			decodeMsg(m, f.cfg.Limits)
-		}
 		out.msgs = append(out.msgs, m)
 		out.next = r.Offset + 1
+	}
+	if f.decode {
+		decodeAll(out.msgs, f.cfg.Limits, f.cache)
 	}
 	*offset = out.next
 	return out, nil

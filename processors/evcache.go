@@ -1,0 +1,120 @@
+package processors
+
+import (
+	"bytes"
+	"hash/maphash"
+	"sync"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// evCache hands stage B the events that stage A of the same process decoded
+// and admitted to hf.outcomes, so that an outcome read back is not decoded a
+// second time. Stage A writes an admitted event's bytes unchanged, so the
+// entry is used only for the exact same bytes (compared in full) and is the
+// event schemas.Decode returns for them without error; events are never
+// modified after decoding. A miss (another process's output, an evicted or
+// rebuilt entry) decodes as before. It holds at most evCacheSize entries of
+// at most evCacheMaxBytes each (large updates are decoded again), oldest
+// dropped first. Safe for concurrent use.
+type evCache struct {
+	seed maphash.Seed
+	mu   sync.Mutex
+	m    map[uint64]int32 // hash of the bytes -> index in ring
+	ring []evEntry        // insertion order, for eviction; taken slots are zero
+	next int
+}
+
+type evEntry struct {
+	h     uint64
+	value []byte
+	ev    schemas.Event
+}
+
+// evCacheSize bounds the cache: outcomes admitted but not yet read back by
+// this process's stage B.
+const (
+	evCacheSize     = 1 << 14
+	evCacheMaxBytes = 2 << 10
+)
+
+func newEvCache() *evCache {
+	return &evCache{seed: maphash.MakeSeed(), m: make(map[uint64]int32, evCacheSize), ring: make([]evEntry, evCacheSize)}
+}
+
+// put records admitted events (value: the exact bytes written).
+func (c *evCache) put(es []evEntry) {
+	if c == nil || len(es) == 0 {
+		return
+	}
+	for i := range es {
+		if len(es[i].value) <= evCacheMaxBytes {
+			es[i].h = maphash.Bytes(c.seed, es[i].value)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range es {
+		if len(es[i].value) > evCacheMaxBytes {
+			continue
+		}
+		if old := &c.ring[c.next]; old.value != nil {
+			if j, ok := c.m[old.h]; ok && int(j) == c.next {
+				delete(c.m, old.h)
+			}
+		}
+		c.ring[c.next] = es[i]
+		c.m[es[i].h] = int32(c.next)
+		c.next = (c.next + 1) % len(c.ring)
+	}
+}
+
+// take fills m.ev for every message of ms whose exact bytes are cached and
+// reports, per message, whether it did (hit[i]).
+func (c *evCache) take(ms []*inMsg, hit []bool) {
+	if c == nil {
+		return
+	}
+	var hs [64]uint64
+	for lo := 0; lo < len(ms); lo += len(hs) {
+		chunk := ms[lo:min(lo+len(hs), len(ms))]
+		for i, m := range chunk {
+			hs[i] = maphash.Bytes(c.seed, m.value)
+		}
+		c.mu.Lock()
+		for i, m := range chunk {
+			j, ok := c.m[hs[i]]
+			if !ok {
+				continue
+			}
+			e := &c.ring[j]
+			if !bytes.Equal(e.value, m.value) {
+				continue
+			}
+			// An outcome is read back once per generation; a rebuild decodes.
+			delete(c.m, hs[i])
+			m.ev, hit[lo+i] = e.ev, true
+			*e = evEntry{}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// decodeAll fills ev or rej of every message: from the cache when it holds
+// the exact bytes (and they are within Limits.Event), else by decodeMsg.
+func decodeAll(ms []*inMsg, lim schemas.Limits, cache *evCache) {
+	if cache == nil {
+		for _, m := range ms {
+			decodeMsg(m, lim)
+		}
+		return
+	}
+	hit := make([]bool, len(ms))
+	cache.take(ms, hit)
+	for i, m := range ms {
+		if !hit[i] || len(m.value) > lim.Event {
+			m.ev = nil
+			decodeMsg(m, lim)
+		}
+	}
+}
