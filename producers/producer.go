@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,16 @@ type Producer struct {
 	ch   chan item
 	pool sync.Pool // *[]byte
 
+	// ready wakes the run goroutine while it waits to complete a batch:
+	// Emit signals it only once the buffer holds what the batch lacks
+	// (needN events or needBytes bytes, published by the run goroutine
+	// before it waits; math.MaxInt64 while it does not), Flush and Close
+	// always, so that a fast emitter does not wake it for every event. The
+	// run goroutine otherwise waits for the batch timer.
+	ready     chan struct{}
+	needN     atomic.Int64
+	needBytes atomic.Int64
+
 	// emitMu guards sending on ch against Close closing it: senders hold it
 	// for reading, Close once for writing. It is the only mutex held while
 	// another is taken (failMu is taken under neither).
@@ -135,6 +146,7 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 		log:            o.log,
 		now:            o.now,
 		ch:             make(chan item, cfg.BufferSize),
+		ready:          make(chan struct{}, 1),
 		stopping:       make(chan struct{}),
 		done:           make(chan struct{}),
 		maxOutstanding: cfg.BufferSize,
@@ -152,6 +164,8 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 		Async:        true,
 		Completion:   p.complete,
 	})
+	p.needN.Store(math.MaxInt64)
+	p.needBytes.Store(math.MaxInt64)
 	p.runCtx, p.cancelRun = context.WithCancel(context.Background())
 	go p.run()
 	return p, nil
@@ -187,18 +201,37 @@ func (p *Producer) Emit(ctx context.Context, ev schemas.Event) error {
 			return ErrBufferFull
 		}
 	} else {
+		// Room in the buffer (the common case): a plain non-blocking send,
+		// cheaper than the three-way select below.
 		select {
 		case p.ch <- it:
-		case <-ctx.Done():
-			p.release(it.buf)
-			return ctx.Err()
-		case <-p.stopping:
-			p.release(it.buf)
-			return ErrClosed
+		default:
+			select {
+			case p.ch <- it:
+			case <-ctx.Done():
+				p.release(it.buf)
+				return ctx.Err()
+			case <-p.stopping:
+				p.release(it.buf)
+				return ErrClosed
+			}
 		}
 	}
 	p.emitted.Add(1)
+	if n := int64(len(p.ch)); n >= p.needN.Load() || n*it.size() >= p.needBytes.Load() {
+		p.wake()
+	}
 	return nil
+}
+
+// wake signals the run goroutine that the buffer holds what its batch lacks, a
+// flush marker or was closed. It never blocks; a signal already pending is
+// enough.
+func (p *Producer) wake() {
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
 }
 
 // EmitSync validates and fills every event like Emit, then writes them at
@@ -272,6 +305,7 @@ func (p *Producer) send(ctx context.Context, it item) error {
 	}
 	select {
 	case p.ch <- it:
+		p.wake()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -292,6 +326,7 @@ func (p *Producer) Close(ctx context.Context) error {
 		p.emitMu.Lock()
 		close(p.ch)
 		p.emitMu.Unlock()
+		p.wake()
 	})
 	var ctxErr error
 	select {
@@ -429,10 +464,35 @@ func (p *Producer) run() {
 		timer.Reset(p.cfg.BatchTimeout)
 	collect:
 		for len(batch) < p.cfg.BatchSize {
+			// Take what is buffered; an empty buffer waits for the batch
+			// timer or a wake (what the batch lacks is buffered, Flush,
+			// Close), not for each event.
 			select {
 			case it, ok = <-p.ch:
-			case <-timer.C:
-				break collect
+			default:
+				// Publish what the batch lacks, then look again: an Emit
+				// either sees it or its event is seen here.
+				p.needN.Store(int64(min(p.cfg.BatchSize-len(batch), cap(p.ch))))
+				p.needBytes.Store(p.cfg.BatchBytes - size)
+				got, expired := false, false
+				select {
+				case it, ok = <-p.ch:
+					got = true
+				default:
+					select {
+					case <-p.ready:
+					case <-timer.C:
+						expired = true
+					}
+				}
+				p.needN.Store(math.MaxInt64)
+				p.needBytes.Store(math.MaxInt64)
+				if expired {
+					break collect
+				}
+				if !got {
+					continue // woken: take what is buffered now
+				}
 			}
 			switch {
 			case !ok:
@@ -549,9 +609,7 @@ func (p *Producer) submit(f *flight, refs []*ref) {
 func (p *Producer) complete(msgs []kafka.Message, err error) {
 	if err == nil {
 		p.batches.Add(1)
-		for i := range msgs {
-			p.resolve(msgs[i].WriterData.(*ref), nil)
-		}
+		p.resolveAcked(msgs)
 		return
 	}
 	retry := map[*flight][]*ref{}
@@ -620,7 +678,44 @@ func (p *Producer) resolve(r *ref, err error) {
 			p.fail(it.ev, err)
 		}
 	}
-	if f.remaining.Add(-1) == 0 {
+	p.settle(f, 1)
+}
+
+// resolveAcked settles the acknowledged messages of one partition batch like
+// resolve(r, nil) each, with the counters updated once per run of messages
+// of the same flight rather than once per message.
+func (p *Producer) resolveAcked(msgs []kafka.Message) {
+	var cur *flight
+	var n int64
+	var bytes uint64
+	flushRun := func() {
+		if n == 0 {
+			return
+		}
+		// Counted before the flight can end: Flush and Close see them.
+		p.delivered.Add(uint64(n))
+		p.bytes.Add(bytes)
+		p.settle(cur, n)
+		n, bytes = 0, 0
+	}
+	for i := range msgs {
+		r := msgs[i].WriterData.(*ref)
+		if !r.resolved.CompareAndSwap(false, true) {
+			continue
+		}
+		if r.f != cur {
+			flushRun()
+			cur = r.f
+		}
+		n++
+		bytes += uint64(len(*r.f.items[r.i].buf))
+	}
+	flushRun()
+}
+
+// settle counts n events of f resolved; the last one ends the flight.
+func (p *Producer) settle(f *flight, n int64) {
+	if f.remaining.Add(-n) == 0 {
 		// kafka-go is done with every message of the flight (Completion is
 		// called after the write): the buffers can be reused.
 		if !f.tainted.Load() {

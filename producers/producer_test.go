@@ -374,3 +374,48 @@ func TestEmitSyncAllOrNothing(t *testing.T) {
 		t.Fatalf("%d events after a rejected EmitSync, want %d (nothing produced)", len(got), len(evs))
 	}
 }
+
+// TestBatchesGoOutWithoutTheTimer checks that, with a batch timer that never
+// fires, full batches are still written as soon as they are buffered, and a
+// partial batch on Flush: the run goroutine is woken by a batch's worth of
+// events or a flush, not only by its timer. A buffer smaller than a batch
+// must not stall either.
+func TestBatchesGoOutWithoutTheTimer(t *testing.T) {
+	b := testenv.Kafka(t)
+	for _, c := range []struct{ buffer, batch int }{{1000, 100}, {10, 100}} {
+		ctx := ctxT(t, 30*time.Second)
+		p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}, BufferSize: c.buffer, BatchSize: c.batch, BatchTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const full = 300
+		for i := 0; i < full; i++ {
+			if err := p.Emit(ctx, producerstest.TaskAttempt(i, "p")); err != nil {
+				t.Fatalf("buffer %d: emit %d: %v", c.buffer, i, err)
+			}
+		}
+		if c.buffer >= c.batch {
+			// Three full batches: delivered with no Flush and no timer.
+			for p.Stats().Delivered < full {
+				if ctx.Err() != nil {
+					t.Fatalf("buffer %d: %d of %d events of full batches delivered without a flush", c.buffer, p.Stats().Delivered, full)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		for i := full; i < full+7; i++ { // a partial batch
+			if err := p.Emit(ctx, producerstest.TaskAttempt(i, "p")); err != nil {
+				t.Fatalf("buffer %d: emit %d: %v", c.buffer, i, err)
+			}
+		}
+		if err := p.Flush(ctx); err != nil {
+			t.Fatalf("buffer %d: flush: %v", c.buffer, err)
+		}
+		if s := p.Stats(); s.Delivered != full+7 {
+			t.Fatalf("buffer %d: delivered %d after Flush, want %d", c.buffer, s.Delivered, full+7)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Fatalf("buffer %d: close: %v", c.buffer, err)
+		}
+	}
+}

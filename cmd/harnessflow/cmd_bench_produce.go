@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"time"
 
@@ -28,7 +31,9 @@ func newBenchProduceCmd() *cobra.Command {
 first with a raw kafka-go Writer given pre-encoded payloads (one WriteMessages call
 per batch of --batch-size, the same writer settings as the SDK's), then through the
 producers SDK, which validates and Avro-encodes every event in Emit. It prints
-events/s and MB/s (keys and values) of both and the ratio SDK/raw.
+events/s and MB/s (keys and values) of both and the ratio SDK/raw. Each timed run
+starts after a garbage collection, so that neither pays for the other's garbage
+(or for building the SDK's fresh events); --cpuprofile profiles the whole run.
 Goals: SDK >= 0.8 x raw and >= 100k task_attempt events/s.`,
 		Example: "  harnessflow bench produce --embedded --events 200000",
 		Args:    cobra.NoArgs,
@@ -53,6 +58,17 @@ Goals: SDK >= 0.8 x raw and >= 100k task_attempt events/s.`,
 			if err := kafkax.EnsureAllTopics(ctx, o.brokers); err != nil {
 				return withCode(2, err)
 			}
+			if o.cpuProfile != "" {
+				f, err := os.Create(o.cpuProfile)
+				if err != nil {
+					return withCode(2, err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return withCode(2, err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			return runBenchProduce(ctx, cmd.OutOrStdout(), o)
 		},
 	}
@@ -63,6 +79,7 @@ Goals: SDK >= 0.8 x raw and >= 100k task_attempt events/s.`,
 	f.IntVar(&o.batch, "batch-size", 1000, "events per produce call (raw) and SDK BatchSize")
 	f.IntVar(&o.cells, "cells", 64, "distinct cell ids (partition keys)")
 	f.IntVar(&o.rounds, "rounds", 3, "alternating raw/SDK rounds; the median is reported")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (both writers) to this file")
 	return cmd
 }
 
@@ -73,6 +90,8 @@ type benchProduceOptions struct {
 	batch    int
 	cells    int
 	rounds   int
+	// cpuProfile, when set, is where a CPU profile of the run is written.
+	cpuProfile string
 }
 
 type produceBenchResult struct {
@@ -171,6 +190,7 @@ func produceBenchRaw(ctx context.Context, o benchProduceOptions, msgs []kafka.Me
 	for _, m := range msgs {
 		bytes += int64(len(m.Key) + len(m.Value))
 	}
+	runtime.GC() // garbage of the previous round is not this round's cost
 	start := time.Now()
 	for i := 0; i < len(msgs); i += o.batch {
 		j := min(i+o.batch, len(msgs))
@@ -188,6 +208,7 @@ func produceBenchSDK(ctx context.Context, o benchProduceOptions, evs []schemas.E
 	if err != nil {
 		return produceBenchResult{}, err
 	}
+	runtime.GC() // nor is building the events (same as the raw round)
 	start := time.Now()
 	for _, ev := range evs {
 		if err := p.Emit(ctx, ev); err != nil {
