@@ -11,8 +11,9 @@
 // bounded backoff, and resumes where it stopped. Undecodable messages become
 // rows of rejected_events (stage decode) with their coordinates.
 //
-// Inserts run in their own goroutine (one batch in flight, one queued), so
-// decoding overlaps inserting. After each task_attempts insert the sink
+// Inserts run in their own goroutines (Config.Inserters batches in flight,
+// one queued), so decoding overlaps inserting and one batch's client-side
+// encoding overlaps another's server-side write. After each task_attempts insert the sink
 // recomputes the cell_scores summaries of that insert's cells
 // (chddl.RecomputeCellScores, in a second goroutine that coalesces queued
 // cells); a batch's offsets are committed only once it is inserted and, for
@@ -64,9 +65,15 @@ type Config struct {
 	MaxAge time.Duration
 	// MaxBufferedRows bounds the rows buffered over all tables; past it the
 	// largest buffer is flushed before more is read. Batches handed to the
-	// inserter (at most one in flight and one queued) are not counted.
+	// inserters (at most Inserters in flight and one queued) are not counted.
 	// Default: 4 × MaxRows.
 	MaxBufferedRows int
+	// Inserters is how many batches may be inserted at once (each on its own
+	// connection). Rows deduplicate on event id with versions from their Kafka
+	// coordinates, so the order in which concurrent batches land does not
+	// matter; offsets are still committed only below every batch not done.
+	// Default: 2.
+	Inserters int
 	// InsertTimeout bounds one insert attempt. Default: 60s.
 	InsertTimeout time.Duration
 	// RetryMaxElapsed bounds the retries of one failing insert (ClickHouse
@@ -108,6 +115,9 @@ func (c *Config) setDefaults() {
 	if c.MaxBufferedRows == 0 {
 		c.MaxBufferedRows = 4 * c.MaxRows
 	}
+	if c.Inserters == 0 {
+		c.Inserters = 2
+	}
 	if c.InsertTimeout == 0 {
 		c.InsertTimeout = 60 * time.Second
 	}
@@ -134,7 +144,7 @@ func (c *Config) Validate(haveWriter bool) error {
 	if strings.TrimSpace(c.ClickHouse) == "" && !haveWriter {
 		errs = append(errs, ErrNoClickHouse)
 	}
-	if c.MaxRows < 0 || c.MaxBytes < 0 || c.MaxAge < 0 || c.MaxBufferedRows < 0 {
+	if c.MaxRows < 0 || c.MaxBytes < 0 || c.MaxAge < 0 || c.MaxBufferedRows < 0 || c.Inserters < 0 {
 		errs = append(errs, ErrBadLimits)
 	}
 	for _, t := range c.Topics {
@@ -181,6 +191,7 @@ type Sink struct {
 	bufs      map[*table]*buffer
 	buffered  int
 	fetched   map[tp]int64 // highest offset read per partition
+	first     map[tp]int64 // first offset read per partition
 	committed map[tp]int64 // highest offset committed per partition
 	awaiting  []*job       // handed to the inserter, not done yet, in order
 
@@ -190,6 +201,8 @@ type Sink struct {
 	recs     chan *job
 	doneNote chan struct{}
 	workErr  chan error
+	failed   atomic.Bool  // a worker failed: the others only drain jobs
+	inflight atomic.Int64 // jobs handed to the inserters and not inserted yet
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -227,14 +240,15 @@ type Stats struct {
 	Rows, Rejected int64
 	// Inserts is successful inserts, Retries failed attempts that were retried.
 	Inserts, Retries int64
-	// Commits is successful offset commits.
-	Commits int64
+	// Commits is successful offset commits, Committed the messages read
+	// since Run began whose offsets are committed.
+	Commits, Committed int64
 }
 
 // New checks cfg and returns a Sink; it connects to nothing until Run.
 func New(cfg Config, opts ...Option) (*Sink, error) {
 	cfg.setDefaults()
-	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, committed: map[tp]int64{}}
+	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, first: map[tp]int64{}, committed: map[tp]int64{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -317,19 +331,21 @@ func (s *Sink) Run(ctx context.Context) error {
 		}
 	}()
 
-	// The workers: the inserter takes full buffers (one in flight, one
-	// queued: decoding overlaps the insert, and a blocked insert stops the
+	// The workers: the inserters take full buffers (Inserters in flight,
+	// one queued: decoding overlaps the inserts, and blocked inserts stop the
 	// loop, hence fetching), the recomputer the inserted attempts' cells.
 	// They outlive ctx (the drain waits for them) and stop when Run returns.
 	s.ins = make(chan *job, 1)
 	s.recs = make(chan *job, 8)
 	s.doneNote = make(chan struct{}, 1)
-	s.workErr = make(chan error, 2)
+	s.workErr = make(chan error, 1)
 	wctx, stopWork := context.WithCancel(context.Background())
 	var insWG, recWG sync.WaitGroup
 	cs, _ := s.w.(CellScorer)
-	insWG.Add(1)
-	go func() { defer insWG.Done(); s.inserter(wctx, cs != nil) }()
+	for i := 0; i < max(1, s.cfg.Inserters); i++ {
+		insWG.Add(1)
+		go func() { defer insWG.Done(); s.inserter(wctx, cs != nil) }()
+	}
 	if cs != nil {
 		recWG.Add(1)
 		go func() { defer recWG.Done(); s.recomputer(wctx, cs) }()
@@ -365,9 +381,29 @@ loop:
 			if !ok {
 				break loop
 			}
-			s.add(m)
+			// Take what the fetcher already has (up to a bound, and up to a
+			// full buffer) before checking the flush conditions, rather than
+			// a full select and check per message.
+			closed := false
+			full := s.add(m)
+		burst:
+			for n := 1; n < maxBurst && !full; n++ {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						closed = true
+						break burst
+					}
+					full = s.add(m)
+				default:
+					break burst
+				}
+			}
 			if err := s.flushDue(ctx, r, false); err != nil {
 				runErr = err
+				break loop
+			}
+			if closed {
 				break loop
 			}
 		case <-tick.C:
@@ -417,11 +453,18 @@ func tickEvery(maxAge time.Duration) time.Duration {
 	return d
 }
 
-// add decodes m and buffers its row.
-func (s *Sink) add(m kafka.Message) {
+// maxBurst bounds the messages the loop takes from the fetcher in one go.
+const maxBurst = 512
+
+// add decodes m and buffers its row; it reports whether a buffer is now due
+// for flushing by size (its table's, or the total bound).
+func (s *Sink) add(m kafka.Message) bool {
 	k := tp{m.Topic, m.Partition}
 	if cur, ok := s.fetched[k]; !ok || m.Offset > cur {
 		s.fetched[k] = m.Offset
+	}
+	if _, ok := s.first[k]; !ok {
+		s.first[k] = m.Offset
 	}
 	md := meta{topic: m.Topic, partition: int32(m.Partition), offset: m.Offset}
 	ev, err := schemas.Decode(m.Value)
@@ -452,6 +495,7 @@ func (s *Sink) add(m kafka.Message) {
 	b.bytes += len(m.Value) + 64
 	s.buffered++
 	s.m.buffered.Set(float64(s.buffered))
+	return len(b.rows) >= s.cfg.MaxRows || b.bytes >= s.cfg.MaxBytes || s.buffered > s.cfg.MaxBufferedRows
 }
 
 // rejection turns an undecodable message into a rejected_events row.
@@ -526,8 +570,8 @@ func (s *Sink) flushDue(ctx context.Context, r *kafka.Reader, all bool) error {
 	return nil
 }
 
-// flush hands one table's buffer to the inserter (blocking while the
-// inserter is busy with one batch and has another queued); its offsets stay
+// flush hands one table's buffer to the inserters (blocking while every
+// inserter is busy and another batch is queued); its offsets stay
 // uncommitted until the job is done.
 func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
 	n := len(b.rows)
@@ -536,11 +580,14 @@ func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
 	b.bytes = 0
 	b.pending = map[tp]int64{}
 	s.awaiting = append(s.awaiting, j)
+	s.inflight.Add(1)
 	select {
 	case s.ins <- j:
 	case err := <-s.workErr:
+		s.inflight.Add(-1)
 		return err
 	case <-ctx.Done():
+		s.inflight.Add(-1)
 		return &InsertError{Table: t.name, Rows: n, Err: ctx.Err()}
 	}
 	s.buffered -= n
@@ -548,47 +595,60 @@ func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
 	return nil
 }
 
-// inserter inserts the jobs in order, retrying with bounded backoff (every
-// attempt builds a fresh batch from the job's rows), then marks them done or,
-// for task_attempts when recompute is set, hands them to the recomputer.
-// After a failure it reports the error once and only drains jobs.
+// inserter inserts jobs (Config.Inserters of them run at once), retrying
+// with bounded backoff (every attempt builds a fresh batch from the job's
+// rows), then marks them done or, for task_attempts when recompute is set,
+// hands them to the recomputer. After any worker's failure the workers only
+// drain jobs; the first error is reported.
 func (s *Sink) inserter(ctx context.Context, recompute bool) {
-	failed := false
 	for j := range s.ins {
-		if failed {
-			continue
-		}
-		t, n := j.t, len(j.rows)
-		start := time.Now()
-		attempts, err := s.retry(ctx, t.name, n, "insert", func(ictx context.Context) error {
-			t0 := time.Now()
-			err := s.w.WriteBatch(ictx, t.name, t.cols, t.build(j.rows, time.Now().UTC().Truncate(time.Second)))
-			s.m.latency.WithLabelValues(t.name).Observe(time.Since(t0).Seconds())
-			return err
-		})
-		if err != nil {
-			failed = true
-			s.workErr <- &InsertError{Table: t.name, Rows: n, Attempts: attempts, Err: err}
-			continue
-		}
-		s.m.rows.WithLabelValues(t.name).Add(float64(n))
-		s.addStats(func(st *Stats) { st.Rows += int64(n); st.Inserts++ })
-		s.log.Debug().Str("table", t.name).Int("rows", n).Int("bytes", j.bytes).Int("attempts", attempts).
-			Dur("took", time.Since(start)).Msg("inserted")
-		if recompute && t == tAttempts {
-			j.cells = attemptCells(j.rows)
-		}
-		j.rows = nil // let the events be freed
-		if j.cells == nil {
-			s.markDone(j)
-			continue
-		}
-		select {
-		case s.recs <- j:
-		case <-ctx.Done():
-			failed = true
-			s.workErr <- &InsertError{Table: "cell_scores", Rows: len(j.cells), Err: ctx.Err()}
-		}
+		s.insert(ctx, j, recompute)
+		s.inflight.Add(-1)
+	}
+}
+
+// insert inserts one job and marks it done or hands it to the recomputer.
+func (s *Sink) insert(ctx context.Context, j *job, recompute bool) {
+	// After any worker's failure, jobs are only drained.
+	if s.failed.Load() {
+		return
+	}
+	t, n := j.t, len(j.rows)
+	start := time.Now()
+	attempts, err := s.retry(ctx, t.name, n, "insert", func(ictx context.Context) error {
+		t0 := time.Now()
+		err := s.w.WriteBatch(ictx, t.name, t.cols, t.build(j.rows, time.Now().UTC().Truncate(time.Second)))
+		s.m.latency.WithLabelValues(t.name).Observe(time.Since(t0).Seconds())
+		return err
+	})
+	if err != nil {
+		s.fail(&InsertError{Table: t.name, Rows: n, Attempts: attempts, Err: err})
+		return
+	}
+	s.m.rows.WithLabelValues(t.name).Add(float64(n))
+	s.addStats(func(st *Stats) { st.Rows += int64(n); st.Inserts++ })
+	s.log.Debug().Str("table", t.name).Int("rows", n).Int("bytes", j.bytes).Int("attempts", attempts).
+		Dur("took", time.Since(start)).Msg("inserted")
+	if recompute && t == tAttempts {
+		j.cells = attemptCells(j.rows)
+	}
+	j.rows = nil // let the events be freed
+	if j.cells == nil {
+		s.markDone(j)
+		return
+	}
+	select {
+	case s.recs <- j:
+	case <-ctx.Done():
+		s.fail(&InsertError{Table: "cell_scores", Rows: len(j.cells), Err: ctx.Err()})
+	}
+}
+
+// fail stops the workers (they only drain jobs from now on) and reports
+// err unless an earlier failure was reported.
+func (s *Sink) fail(err error) {
+	if s.failed.CompareAndSwap(false, true) {
+		s.workErr <- err // capacity 1: the only send
 	}
 }
 
@@ -630,16 +690,24 @@ func (s *Sink) retry(ctx context.Context, tableName string, n int, what string, 
 	return attempts, err
 }
 
+// coalescePoll is how often a waiting recomputer checks for inserts in flight.
+const coalescePoll = 5 * time.Millisecond
+
 // recomputer recomputes the cell_scores of the jobs' cells, one statement
-// set for every job queued meanwhile (coalesced), then marks them done. After
+// set for every job queued meanwhile or inserted while it waited (coalesced,
+// at most MaxAge of waiting), then marks them done. After
 // a failure it reports the error once and only drains jobs.
 func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
-	failed := false
 	for first := range s.recs {
-		if failed {
+		if s.failed.Load() {
 			continue
 		}
+		// Coalesce: while inserts are still in flight (a sustained load),
+		// wait for them, up to MaxAge, so that one recomputation covers
+		// several inserts instead of competing with each of them.
 		batch := []*job{first}
+		deadline := time.Now().Add(s.cfg.MaxAge)
+		var wait *time.Timer
 	more:
 		for {
 			select {
@@ -648,9 +716,29 @@ func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
 					break more
 				}
 				batch = append(batch, j)
+				continue
 			default:
+			}
+			if s.inflight.Load() == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
 				break more
 			}
+			if wait == nil {
+				wait = time.NewTimer(coalescePoll)
+			} else {
+				wait.Reset(coalescePoll)
+			}
+			select {
+			case j, ok := <-s.recs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, j)
+			case <-wait.C:
+			case <-ctx.Done():
+			}
+		}
+		if wait != nil {
+			wait.Stop()
 		}
 		seen := map[string]struct{}{}
 		var list []string
@@ -667,8 +755,7 @@ func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
 			return cs.RecomputeCellScores(ictx, list)
 		})
 		if err != nil {
-			failed = true
-			s.workErr <- &InsertError{Table: "cell_scores", Rows: len(list), Attempts: attempts, Err: err}
+			s.fail(&InsertError{Table: "cell_scores", Rows: len(list), Attempts: attempts, Err: err})
 			continue
 		}
 		s.m.latency.WithLabelValues("cell_scores").Observe(time.Since(t0).Seconds())
@@ -736,9 +823,18 @@ func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
 	if err := r.CommitMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
+	var n int64
 	for _, m := range msgs {
-		s.committed[tp{m.Topic, m.Partition}] = m.Offset
+		k := tp{m.Topic, m.Partition}
+		prev, ok := s.committed[k]
+		if !ok {
+			prev = s.first[k] - 1
+		}
+		if m.Offset > prev {
+			n += m.Offset - prev
+		}
+		s.committed[k] = m.Offset
 	}
-	s.addStats(func(st *Stats) { st.Commits++ })
+	s.addStats(func(st *Stats) { st.Commits++; st.Committed += n })
 	return nil
 }
