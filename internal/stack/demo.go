@@ -8,6 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/report"
 	"github.com/harnessflow/harnessflow/internal/sim"
 	"github.com/harnessflow/harnessflow/producers"
@@ -61,7 +62,7 @@ func (s *Stack) RunDemo(ctx context.Context, cfg sim.Config, progress io.Writer,
 	}
 	want := CountDemo(events)
 	ep := s.Endpoints()
-	p, err := producers.New(producers.Config{Brokers: splitComma(ep.Brokers), Source: "simulate"})
+	p, err := producers.New(producers.Config{Brokers: kafkax.ParseBrokers(ep.Brokers), Source: "simulate"})
 	if err != nil {
 		return nil, err
 	}
@@ -130,18 +131,4 @@ func countRows(ctx context.Context, conn driver.Conn, campaign string) (DemoCoun
 		return c, err
 	}
 	return c, nil
-}
-
-func splitComma(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			if i > start {
-				out = append(out, s[start:i])
-			}
-			start = i + 1
-		}
-	}
-	return out
 }
