@@ -1,0 +1,110 @@
+package fleet
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestKillRestartStop(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "child.log")
+	p := &Proc{Name: "sleeper", Bin: "/bin/sh", Args: []string{"-c", "echo up; exec sleep 30"}, LogPath: log}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err == nil {
+		t.Fatal("second Start while running succeeded")
+	}
+	waitLog(t, log, 1)
+	first := p.Pid()
+	if first == 0 || !p.Running() {
+		t.Fatal("not running after Start")
+	}
+	if mb := p.PeakRSSMB(); mb <= 0 {
+		t.Fatalf("peak RSS %v, want > 0", mb)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Done not closed after Kill")
+	}
+	if p.Running() || p.ExitErr() == nil {
+		t.Fatalf("after SIGKILL: running %v, exit %v", p.Running(), p.ExitErr())
+	}
+	if err := p.Kill(); err == nil {
+		t.Fatal("Kill of a dead child succeeded")
+	}
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, log, 2)
+	if p.Pid() == first || p.Starts() != 2 || p.Kills() != 1 {
+		t.Fatalf("pid %d (first %d), starts %d, kills %d", p.Pid(), first, p.Starts(), p.Kills())
+	}
+	// sleep dies of SIGTERM: not a clean exit, reported as such.
+	if err := p.Close(5 * time.Second); err == nil || !strings.Contains(err.Error(), "sleeper") {
+		t.Fatalf("Close of a child killed by SIGTERM: %v", err)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), "up\n"); got != 2 {
+		t.Fatalf("log has %d lives' output, want 2:\n%s", got, b)
+	}
+}
+
+func TestStopEscalatesToKill(t *testing.T) {
+	p := &Proc{Name: "stubborn", Bin: "/bin/sh", Args: []string{"-c", "trap '' TERM; while :; do sleep 0.05; done"}}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	err := p.Stop(300 * time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("Stop of a child ignoring SIGTERM: %v", err)
+	}
+	if p.Running() {
+		t.Fatal("still running")
+	}
+}
+
+func TestStopClean(t *testing.T) {
+	p := &Proc{Name: "clean", Bin: "/bin/sh", Args: []string{"-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done"}}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := p.Stop(5 * time.Second); err != nil {
+		t.Fatalf("clean stop: %v", err)
+	}
+}
+
+func TestPeakRSSKBSelf(t *testing.T) {
+	kb, err := PeakRSSKB(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kb < 1024 {
+		t.Fatalf("own VmHWM %d kB, implausibly small", kb)
+	}
+}
+
+// waitLog waits until the child log holds n lives' "up" lines.
+func waitLog(t *testing.T, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(path)
+		if strings.Count(string(b), "up\n") >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("child log %s never showed %d starts", path, n)
+}
