@@ -1,0 +1,88 @@
+package fleet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+)
+
+// TestClusterLifecycle starts the co-located cluster with real children,
+// restarts the broker on its data dir and ClickHouse on its ports, and sees
+// every child come up and stop cleanly.
+func TestClusterLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bin, err := BuildBinary(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := StartCluster(ctx, ClusterConfig{Dir: t.TempDir(), Bin: bin, Env: []string{"HF_LOG_LEVEL=warn"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: c.Brokers()})
+	if err := w.WriteMessages(ctx, kafka.Message{Topic: "hf.dlq", Key: []byte("k"), Value: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := c.RestartBroker(); err != nil {
+		t.Fatal(err)
+	}
+	// What was written before the restart is still there.
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: c.Brokers(), Topic: "hf.dlq", Partition: firstPartitionWith(t, ctx, c), MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	m, err := r.ReadMessage(ctx)
+	if err != nil || string(m.Value) != "before" {
+		t.Fatalf("after broker restart: %q, %v", m.Value, err)
+	}
+	if err := c.StopClickHouse(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartClickHouse(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	if err := c.Conn().QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = '"+c.Database()+"'").Scan(&n); err != nil || n == 0 {
+		t.Fatalf("tables after ClickHouse restart: %d, %v", n, err)
+	}
+	time.Sleep(2 * time.Second)
+	for _, p := range c.Children() {
+		if !p.Running() {
+			t.Fatalf("%s exited: %v (log %s)", p.Name, p.ExitErr(), p.LogPath)
+		}
+		if p.PeakRSSMB() <= 0 {
+			t.Fatalf("%s: no peak RSS", p.Name)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("a child did not stop cleanly: %v", err)
+	}
+}
+
+func firstPartitionWith(t *testing.T, ctx context.Context, c *Cluster) int {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers()...), Timeout: 10 * time.Second}
+	var reqs []kafka.OffsetRequest
+	for p := 0; p < 6; p++ {
+		reqs = append(reqs, kafka.LastOffsetOf(p))
+	}
+	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{"hf.dlq": reqs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Topics["hf.dlq"] {
+		if p.LastOffset > 0 {
+			return p.Partition
+		}
+	}
+	t.Fatal("no partition of hf.dlq holds the message")
+	return 0
+}
