@@ -9,7 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/processors/internal/gen"
+	"github.com/harnessflow/harnessflow/internal/gen"
 )
 
 // benchMergeIdle is the MergeIdle of Bench's processor.
@@ -20,7 +20,7 @@ type BenchConfig struct {
 	// Brokers to run against. Required.
 	Brokers []string
 	// Agents, Evolvers, Rounds and Tasks size the generated campaign (see
-	// processors/internal/gen). Defaults: 8, 3, 10, 100.
+	// internal/gen). Defaults: 8, 3, 10, 100.
 	Agents, Evolvers, Rounds, Tasks int
 	// Seed of the generated campaign. Default: 1.
 	Seed int64

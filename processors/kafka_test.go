@@ -18,7 +18,7 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/logx"
-	"github.com/harnessflow/harnessflow/processors/internal/gen"
+	"github.com/harnessflow/harnessflow/internal/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
