@@ -148,7 +148,9 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		cs = &cellState{
 			id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
 			known:  map[string]struct{}{st.H0Version: {}},
-			hashes: map[string]struct{}{}, ids: map[string]struct{}{}, attempts: map[string]struct{}{},
+			hashes: map[string]struct{}{}, ids: map[string]struct{}{},
+			// Sized from the declared task count (capped: producer input).
+			attempts:  make(map[string]struct{}, min(max(st.TaskCount, 0), 4096)),
 			startedID: st.EventID,
 		}
 		c.byID[id] = cs

@@ -92,13 +92,24 @@
 // this process's stage A admitted moments before is not decoded a second
 // time: stage A hands the decoded event over in a small bounded cache
 // (evCache, byte-for-byte match; any other message is decoded as usual).
+// The cache holds up to 64k events and 16 MiB of their bytes (events over
+// 2 KiB are not cached): how far stage B may trail stage A and still skip
+// the decode.
 //
 // # Delivery, state and rebalances
 //
 // For each batch (at most Config.BatchSize merged messages), outputs are
 // written synchronously (RequireAll acks, retried with backoff bounded by
 // Config.RetryMaxElapsed; failure stops Run with ErrWrite), and only then
-// are the batch's offsets committed through the kafka-go Generation.
+// are the batch's offsets committed through the kafka-go Generation. A
+// batch's outputs go out as one Produce request per topic partition (split
+// at 4 MiB), the partitions in parallel, in the batch's order within each;
+// a message goes to the partition kafka-go's Writer with its Hash balancer
+// would pick (fnv-1a of the key over the partition count, read from the
+// cluster at most every 5s and after a failed write), so keys stay where
+// earlier versions put them. The batch is already the unit of work: a
+// kafka.Writer would only add a metadata look-up per call and a goroutine,
+// a timer and a BatchSize-long slice per partition batch.
 //
 // State is rebuilt from the log: when partition p is assigned, its streams
 // are read from the log start; messages below the committed offset are

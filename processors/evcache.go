@@ -15,14 +15,17 @@ import (
 // event schemas.Decode returns for them without error; events are never
 // modified after decoding. A miss (another process's output, an evicted or
 // rebuilt entry) decodes as before. It holds at most evCacheSize entries of
-// at most evCacheMaxBytes each (large updates are decoded again), oldest
-// dropped first. Safe for concurrent use.
+// at most evCacheMaxBytes each (large updates are decoded again), and at
+// most evCacheBudget bytes of them in all, oldest dropped first. Safe for
+// concurrent use.
 type evCache struct {
 	seed maphash.Seed
 	mu   sync.Mutex
 	m    map[uint64]int32 // hash of the bytes -> index in ring
 	ring []evEntry        // insertion order, for eviction; taken slots are zero
-	next int
+	head int              // oldest slot
+	n    int              // slots in use from head on (taken ones included)
+	size int              // bytes of the entries not yet taken
 }
 
 type evEntry struct {
@@ -31,11 +34,14 @@ type evEntry struct {
 	ev    schemas.Event
 }
 
-// evCacheSize bounds the cache: outcomes admitted but not yet read back by
-// this process's stage B.
+// evCacheSize and evCacheBudget bound the cache: outcomes admitted but not
+// yet read back by this process's stage B. Stage B does more work per event
+// than stage A, so it trails; the bound is what it may trail by and still be
+// spared the decode (about 64k task attempts of the generated campaigns).
 const (
-	evCacheSize     = 1 << 14
+	evCacheSize     = 1 << 16
 	evCacheMaxBytes = 2 << 10
+	evCacheBudget   = 16 << 20
 )
 
 func newEvCache() *evCache {
@@ -55,18 +61,31 @@ func (c *evCache) put(es []evEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range es {
-		if len(es[i].value) > evCacheMaxBytes {
+		v := len(es[i].value)
+		if v > evCacheMaxBytes {
 			continue
 		}
-		if old := &c.ring[c.next]; old.value != nil {
-			if j, ok := c.m[old.h]; ok && int(j) == c.next {
-				delete(c.m, old.h)
-			}
+		for c.n == len(c.ring) || (c.n > 0 && c.size+v > evCacheBudget) {
+			c.evictOldest()
 		}
-		c.ring[c.next] = es[i]
-		c.m[es[i].h] = int32(c.next)
-		c.next = (c.next + 1) % len(c.ring)
+		slot := (c.head + c.n) % len(c.ring)
+		c.ring[slot] = es[i]
+		c.m[es[i].h] = int32(slot)
+		c.size += v
+		c.n++
 	}
+}
+
+func (c *evCache) evictOldest() {
+	if old := &c.ring[c.head]; old.value != nil {
+		if j, ok := c.m[old.h]; ok && int(j) == c.head {
+			delete(c.m, old.h)
+		}
+		c.size -= len(old.value)
+		*old = evEntry{}
+	}
+	c.head = (c.head + 1) % len(c.ring)
+	c.n--
 }
 
 // take fills m.ev for every message of ms whose exact bytes are cached and
@@ -94,6 +113,7 @@ func (c *evCache) take(ms []*inMsg, hit []bool) {
 			// An outcome is read back once per generation; a rebuild decodes.
 			delete(c.m, hs[i])
 			m.ev, hit[lo+i] = e.ev, true
+			c.size -= len(e.value)
 			*e = evEntry{}
 		}
 		c.mu.Unlock()

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -75,5 +76,38 @@ func TestEvCache(t *testing.T) {
 	c.take([]*inMsg{first, last}, hit)
 	if hit[0] || !hit[1] {
 		t.Fatalf("hits %v, want the oldest evicted and the newest held", hit)
+	}
+}
+
+// TestEvCacheBudget: the bytes held stay within evCacheBudget, the oldest
+// entries go first, and taken entries free their share.
+func TestEvCacheBudget(t *testing.T) {
+	c := newEvCache()
+	val := func(i int) []byte {
+		b := make([]byte, evCacheMaxBytes)
+		copy(b, fmt.Sprintf("%08d", i))
+		return b
+	}
+	n := 2 * evCacheBudget / evCacheMaxBytes
+	for i := 0; i < n; i++ {
+		c.put([]evEntry{{value: val(i), ev: &schemas.CellFinished{}}})
+		if c.size > evCacheBudget {
+			t.Fatalf("after %d puts: %d bytes held, budget %d", i+1, c.size, evCacheBudget)
+		}
+	}
+	first, last := &inMsg{value: val(0)}, &inMsg{value: val(n - 1)}
+	hit := make([]bool, 2)
+	before := c.size
+	c.take([]*inMsg{first, last}, hit)
+	if hit[0] || !hit[1] {
+		t.Fatalf("hits %v, want the oldest evicted and the newest held", hit)
+	}
+	if c.size != before-evCacheMaxBytes {
+		t.Fatalf("after a take: %d bytes held, want %d", c.size, before-evCacheMaxBytes)
+	}
+	// Over the per-entry cap: never held.
+	c.put([]evEntry{{value: make([]byte, evCacheMaxBytes+1), ev: &schemas.CellFinished{}}})
+	if c.size != before-evCacheMaxBytes {
+		t.Fatalf("an entry over %d bytes was held", evCacheMaxBytes)
 	}
 }

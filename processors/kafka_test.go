@@ -16,9 +16,9 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/harnessflow/harnessflow/internal/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/logx"
-	"github.com/harnessflow/harnessflow/internal/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 

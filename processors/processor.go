@@ -36,7 +36,7 @@ type Processor struct {
 	reg    *prometheus.Registry // nil when WithRegisterer was given
 	prog   func(Progress)
 	client *kafka.Client
-	writer *kafka.Writer
+	out    *outWriter
 	camps  *campaignTable
 	cache  *evCache // stage A's admitted events, for stage B's fetchers
 	ran    atomic.Bool
@@ -103,13 +103,9 @@ func (p *Processor) Run(ctx context.Context) error {
 			return fmt.Errorf("%w: %s has %d, %s has %d", ErrTopicLayout, CellTopics[0], n, t, len(parts[t]))
 		}
 	}
-	// kafka-go allocates (and clears) BatchSize messages for every batch it
-	// starts, per output partition: a batch of outputs spread over the
-	// partitions starts several, so a large BatchSize costs far more memory
-	// bandwidth and GC than the requests it saves. A flush of Config.BatchSize
-	// inputs writes about that many outputs over many partitions.
-	p.writer = kafkax.NewWriter(kafkax.WriterConfig{Brokers: cfg.Brokers, BatchSize: writerBatchSize, BatchBytes: 16 << 20, BatchTimeout: 2 * time.Millisecond})
-	defer p.writer.Close()
+	// Outputs go out per flush, one Produce request per topic partition
+	// (produce.go), not through a kafka.Writer.
+	p.out = newOutWriter(p.client)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -164,10 +160,6 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	return err
 }
-
-// writerBatchSize is the output writer's batch size (messages per produce
-// request per partition).
-const writerBatchSize = 1000
 
 const (
 	stageA = "validate"
@@ -422,7 +414,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 			}
 			emit := best.committed < 0 || m.offset >= best.committed
 			best.in.Inc()
-			process(m, emit, out, time.Now())
+			process(m, emit, out, now)
 			processed++
 		}
 		if !rebuilt && w.rebuildDone() {
@@ -552,7 +544,13 @@ func (w *partWork) startFlush(fctx context.Context, out *sink, processed int) {
 	go func() {
 		w.p.cache.put(out.admitted)
 		err := w.flush(fctx, out, processed, commit, hwm)
-		out.reset()
+		if err == nil {
+			out.reset()
+		}
+		// After a failed flush a produce request abandoned on ctx may still
+		// be encoding out.msgs (outWriter does not copy them): out is left
+		// as it is, and never used again, since any flush error ends the
+		// partition's work (run, drain).
 		done <- err
 	}()
 }
@@ -564,7 +562,7 @@ func (w *partWork) flush(ctx context.Context, out *sink, processed int, commit m
 		bo := backoff.NewExponentialBackOff()
 		bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, cfg.RetryMaxElapsed
 		err := backoff.Retry(func() error {
-			err := p.writer.WriteMessages(ctx, out.msgs...)
+			err := p.out.write(ctx, out.msgs)
 			if err != nil && ctx.Err() != nil {
 				return backoff.Permanent(ctx.Err())
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +15,7 @@ func init() { registerBench(newBenchProcessCmd) }
 
 func newBenchProcessCmd() *cobra.Command {
 	var bc processors.BenchConfig
-	var brokers string
+	var brokers, cpuprofile string
 	cmd := &cobra.Command{
 		Use:   "process",
 		Short: "Feed a generated campaign through a broker; print processor events/s beside the raw kafka-go read rate",
@@ -36,6 +37,14 @@ ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
 				defer b.Close()
 				bc.Brokers = []string{b.Addr()}
 			}
+			if cpuprofile != "" {
+				f, err := os.Create(cpuprofile)
+				if err != nil {
+					return withCode(2, fmt.Errorf("cpu profile: %w", err))
+				}
+				defer f.Close()
+				bc.CPUProfile = f
+			}
 			res, err := processors.Bench(cmd.Context(), bc)
 			if err != nil {
 				return withCode(1, err)
@@ -54,5 +63,6 @@ ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
 	cmd.Flags().IntVar(&bc.Rounds, "rounds", 10, "rounds per cell")
 	cmd.Flags().IntVar(&bc.Tasks, "tasks", 100, "tasks per round")
 	cmd.Flags().Int64Var(&bc.Seed, "seed", 1, "campaign seed")
+	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the process phase to this file (go tool pprof)")
 	return cmd
 }
