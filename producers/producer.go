@@ -34,6 +34,19 @@ import (
 // any real linger) every partial per-partition batch would wait that long.
 const writerLinger = time.Microsecond
 
+// inPlaceAttempts is kafka-go's per-batch attempt count: at most 8 (with its
+// backoff of 50 ms doubling to 1 s, internal/kafkax, about 5 s of retries),
+// fewer when Config.MaxElapsedTime is shorter than their backoff.
+func inPlaceAttempts(maxElapsed time.Duration) int {
+	n, wait, step := 1, time.Duration(0), 50*time.Millisecond
+	for n < 8 && wait+step <= maxElapsed {
+		wait += step
+		step = min(2*step, time.Second)
+		n++
+	}
+	return n
+}
+
 // Option is a test seam or an optional collaborator of New.
 type Option func(*options)
 
@@ -70,7 +83,10 @@ type item struct {
 	buf    *[]byte // key then value
 	keyLen int
 	topic  string
-	flush  chan error // non-nil: a Flush marker, nothing else is set
+	// at is the Kafka message timestamp: when Emit accepted the event, kept
+	// across retries (see submit).
+	at    time.Time
+	flush chan error // non-nil: a Flush marker, nothing else is set
 }
 
 func (it *item) size() int64 { return int64(len(*it.buf)) + batchOverhead }
@@ -160,9 +176,14 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 		BatchBytes:   cfg.BatchBytes + batchOverhead,
 		BatchTimeout: writerLinger,
 		WriteTimeout: cfg.WriteTimeout,
-		MaxAttempts:  1, // retries are ours (MaxElapsedTime), not kafka-go's
-		Async:        true,
-		Completion:   p.complete,
+		// kafka-go retries a failed partition batch in place, before the
+		// partition's next batch: that keeps a partition's events in emit
+		// order through transient errors (a leader change, a request
+		// timeout, a broker restart of a few seconds). What still fails
+		// comes back to complete, which retries until MaxElapsedTime.
+		MaxAttempts: inPlaceAttempts(cfg.MaxElapsedTime),
+		Async:       true,
+		Completion:  p.complete,
 	})
 	p.needN.Store(math.MaxInt64)
 	p.needBytes.Store(math.MaxInt64)
@@ -426,7 +447,7 @@ func (p *Producer) prepare(ev schemas.Event) (item, error) {
 		p.release(buf)
 		return invalid(&schemas.FieldError{Type: t, Code: schemas.CodeTooLarge, Msg: fmt.Sprintf("encoded event is %d bytes, over the producer's %d-byte batch limit", len(b), p.cfg.BatchBytes)})
 	}
-	return item{ev: ev, buf: buf, keyLen: len(key), topic: topic}, nil
+	return item{ev: ev, buf: buf, keyLen: len(key), topic: topic, at: p.now()}, nil
 }
 
 // release returns a buffer to the pool; nil is ignored. Buffers that grew very
@@ -588,7 +609,13 @@ func (p *Producer) submit(f *flight, refs []*ref) {
 	for j, r := range refs {
 		it := &f.items[r.i]
 		b := *it.buf
-		msgs[j] = kafka.Message{Topic: it.topic, Key: b[:it.keyLen:it.keyLen], Value: b[it.keyLen:], WriterData: r}
+		// The timestamp is the emit time (Kafka's CreateTime), not the time
+		// kafka-go encodes the request: kafka-go stamps each partition batch
+		// when it sends it, so a cell's cell_started could carry a later
+		// timestamp than attempts emitted after it, and a retry would restamp
+		// its events. The processors merge a cell's topics by timestamp
+		// (processors/doc.go).
+		msgs[j] = kafka.Message{Topic: it.topic, Key: b[:it.keyLen:it.keyLen], Value: b[it.keyLen:], Time: it.at, WriterData: r}
 	}
 	if err := p.runCtx.Err(); err != nil {
 		p.complete(msgs, err) // abandoned by Close

@@ -132,9 +132,14 @@ func TestEmitFillsEnvelope(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	got, _ := readBack(t, ctx, b.Addr())
+	got, msgs := readBack(t, ctx, b.Addr())
 	if len(got) != 1 {
 		t.Fatalf("%d events, want 1", len(got))
+	}
+	// The message timestamp is the emit time (the processors merge a cell's
+	// topics by it), not when kafka-go happened to send the batch.
+	if len(msgs) != 1 || !msgs[0].Time.Equal(now.Truncate(time.Millisecond)) {
+		t.Errorf("message timestamp %v, want the emit time %v", msgs[0].Time, now.Truncate(time.Millisecond))
 	}
 	for id, g := range got {
 		h := g.Header()
