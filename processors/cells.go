@@ -22,6 +22,9 @@ type cells struct {
 	pending  pendingBuf
 	finished []*cellState // eviction queue, in finishing order
 	logClock time.Time
+	// holds are admissible cell_finished events waiting out
+	// Config.FinishHold, in merge order.
+	holds []*pendItem
 }
 
 // cellState is what stage A knows about one started cell.
@@ -37,6 +40,10 @@ type cellState struct {
 	attempts map[string]struct{}
 	// heldFinish: a cell_finished waits in the pending buffer.
 	heldFinish bool
+	// holdID is the event id of the cell_finished in holds; holdDone: its
+	// hold is over, the finish is admitted when processed again.
+	holdID   string
+	holdDone bool
 
 	startedID    string
 	finishedID   string
@@ -90,12 +97,45 @@ func (c *cells) process(m *inMsg, emit bool, out *sink, now time.Time) {
 		}
 	}
 	c.expire(func(p *pendItem) bool { return p.sinceLog.Add(c.cfg.PendingTimeout).Before(c.logClock) }, emit, out)
+	c.releaseHolds(func(p *pendItem) bool { return p.sinceLog.Add(c.cfg.FinishHold).Before(c.logClock) }, emit, out, now)
 	c.evict(now)
+}
+
+// releaseHolds admits the held cell_finished events that due says are over
+// their hold, oldest first.
+func (c *cells) releaseHolds(due func(*pendItem) bool, emit bool, out *sink, now time.Time) {
+	for len(c.holds) > 0 && due(c.holds[0]) {
+		p := c.holds[0]
+		c.holds[0] = nil
+		c.holds = c.holds[1:]
+		cs := c.byID[p.cell]
+		if cs == nil || cs.finished {
+			continue
+		}
+		cs.holdDone = true
+		c.semantic(p.m, emit, out, now)
+	}
+}
+
+// heldFrom is the hf.cells offset of the oldest held cell_finished, -1 when
+// none is held: stage A commits hf.cells only up to it.
+func (c *cells) heldFrom() int64 {
+	if len(c.holds) == 0 {
+		return -1
+	}
+	return c.holds[0].m.offset
+}
+
+// drain admits every held cell_finished: on a clean stop nothing waits in
+// memory (a finish admitted early is what FinishHold 0 would do).
+func (c *cells) drain(out *sink, now time.Time) {
+	c.releaseHolds(func(*pendItem) bool { return true }, true, out, now)
 }
 
 // tick runs the wall-clock timeouts of an idle partition.
 func (c *cells) tick(out *sink, now time.Time) {
 	c.expire(func(p *pendItem) bool { return p.sinceWall.Add(c.cfg.PendingTimeout).Before(now) }, true, out)
+	c.releaseHolds(func(p *pendItem) bool { return p.sinceWall.Add(c.cfg.FinishHold).Before(now) }, true, out, now)
 	c.evict(now)
 }
 
@@ -238,6 +278,21 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		if cs.finished {
 			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
 				"cell %q: second cell_finished %q (the cell is already finished)", id, ev.EventID), emit, out)
+			return
+		}
+		if c.cfg.FinishHold > 0 && !cs.holdDone {
+			if cs.holdID == ev.EventID {
+				c.m.duplicates.Inc()
+				return
+			}
+			if cs.holdID != "" {
+				c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
+					"cell %q: second cell_finished %q (the cell is already finishing)", id, ev.EventID), emit, out)
+				return
+			}
+			cp := *m
+			cs.holdID = ev.EventID
+			c.holds = append(c.holds, &pendItem{m: &cp, cell: id, sinceLog: c.logClock, sinceWall: now})
 			return
 		}
 		c.admit(cs, m, emit, out)

@@ -59,6 +59,15 @@ type Config struct {
 	// a cell's cell_finished merged before its last update. It adds up to
 	// MergeIdle of latency, not a per-message cost. Default: 2s.
 	MergeIdle time.Duration
+	// FinishHold is how long stage A holds an admissible cell_finished
+	// before it admits it, measured on the partition's log clock (and on
+	// the wall clock while the partition is idle): the cell's updates, skill
+	// events and judgments that reach the log late (a producer's retries, a
+	// sibling topic's head stamped later by another producer) are still
+	// admitted before the finish, so a last-round update keeps its sample.
+	// It holds only that cell's finish, never the partition. Negative
+	// disables it. Default: 5s.
+	FinishHold time.Duration
 	// SessionTimeout is the consumer-group session timeout. Default: 10s.
 	SessionTimeout time.Duration
 	// HeartbeatInterval is the consumer-group heartbeat period. Default: 1s.
@@ -123,6 +132,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MergeIdle == 0 {
 		c.MergeIdle = 2 * time.Second
+	}
+	if c.FinishHold == 0 {
+		c.FinishHold = 5 * time.Second
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 10 * time.Second

@@ -25,17 +25,34 @@
 // # Stage A: a deterministic merge, then validation
 //
 // Per assigned partition number, one goroutine merges the five topic
-// partitions by (message timestamp, event-type rank, topic rank, offset):
-// cell_started sorts before same-millisecond updates, attempts, skill events
-// and judgments, cell_finished after them. A message is merged only when
-// every other stream has a buffered message or is known to be at its high
-// watermark; a message is merged past a stream at its end only when it is not
-// newer than that stream's last message or it arrived Config.MergeIdle ago
-// (a producer that writes one topic after another has had that long). With
-// the complete log (replay, rebuilds, backlogs) the merge order is a function
-// of the log alone, so validation decisions and the order of a cell's events
-// in hf.outcomes are deterministic; on a live stream they are as long as
-// producers' timestamps follow their writes within MergeIdle.
+// partitions by (event_time, or the message timestamp when the event does
+// not decode; event-type rank; topic rank; offset): cell_started sorts
+// before same-millisecond updates, attempts, skill events and judgments,
+// cell_finished after them. A message is merged only when every other
+// stream has a buffered message or is known to be at its high watermark; a
+// message is merged past a stream at its end only when it is not newer than
+// that stream's last message or a fetch sent Config.MergeIdle after the
+// message arrived found that stream still at its end (a producer that writes
+// one topic after another has had that long; under a backlog a message
+// waits in the buffer long after the sibling's previous look, which proves
+// nothing). With the complete log (replay, rebuilds, backlogs) the merge
+// order is a function of the log alone, so validation decisions and the
+// order of a cell's events in hf.outcomes are deterministic; on a live
+// stream they are as long as producers' writes of a cell reach the broker
+// within MergeIdle of each other. The Go SDK stamps event_time and the
+// message timestamp at emit and retries a partition's batch in place, so a
+// cell's events keep their order through transient broker errors.
+//
+// An admissible cell_finished is held Config.FinishHold (on the log clock,
+// and on the wall clock while the partition is idle) before it is admitted;
+// only that cell waits, not the partition. Updates, skill events and
+// judgments of the cell that reach the log late (a producer's retries, or a
+// sibling stream whose head another producer stamped later) are admitted
+// before the finish, so a last-round update keeps its sample. Stage A
+// commits hf.cells only up to the oldest held finish, so Lag counts a held
+// finish as unprocessed, and a crash re-holds it from the log; a clean stop
+// admits what is held; Config.StopWhenCaughtUp admits it once the partition
+// is at its end.
 //
 // Validation, in stages, each rejection a schemas.Rejected in hf.dlq (key:
 // source topic; event_id: schemas.DeriveEventID over source topic,

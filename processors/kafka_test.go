@@ -46,7 +46,7 @@ func startBroker(t *testing.T) string {
 func testConfig(addr, group string) Config {
 	return Config{
 		Brokers: []string{addr}, Group: group, MinPairs: 2, BatchSize: 40,
-		FetchWait: 50 * time.Millisecond, MergeIdle: 200 * time.Millisecond, SessionTimeout: 3 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
+		FetchWait: 50 * time.Millisecond, MergeIdle: 200 * time.Millisecond, FinishHold: 200 * time.Millisecond, SessionTimeout: 3 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		RebalanceTimeout: 3 * time.Second, RetryMaxElapsed: 20 * time.Second,
 	}
 }

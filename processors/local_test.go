@@ -58,6 +58,20 @@ func (l *local) feed(topic string, msg kafka.Message, now time.Time, derived *[]
 	decodeMsg(m, l.cfg.Limits)
 	l.outA.reset()
 	l.a.process(m, true, &l.outA, now)
+	l.route(now, derived)
+}
+
+// end admits the held cell_finished events, as an idle partition does once
+// their hold is over, and routes what that derives.
+func (l *local) end(now time.Time, derived *[]kafka.Message) {
+	l.outA.reset()
+	l.a.drain(&l.outA, now)
+	l.route(now, derived)
+}
+
+// route sends stage A's outputs on: hf.outcomes through stage B, the rest
+// to derived.
+func (l *local) route(now time.Time, derived *[]kafka.Message) {
 	l.cache.put(l.outA.admitted) // as startFlush does
 	for _, o := range l.outA.msgs {
 		if o.Topic != schemas.TopicOutcomes {
@@ -93,6 +107,7 @@ func (l *local) runCampaign(t testing.TB, c *gen.Campaign, now time.Time) []kafk
 		}
 		l.feed(r.Topic, kafka.Message{Key: []byte(r.Event.PartitionKey()), Value: b, Time: r.Time}, now, &derived)
 	}
+	l.end(now, &derived)
 	return derived
 }
 

@@ -35,6 +35,7 @@ func feedAll(l *local, recs []rec, now time.Time) map[string][]byte {
 	for _, r := range recs {
 		l.feed(r.topic, r.msg, now, &derived)
 	}
+	l.end(now, &derived)
 	set := map[string][]byte{}
 	for _, m := range derived {
 		ev, err := schemas.Decode(m.Value)
@@ -155,11 +156,11 @@ func TestPendingBoundAndTimeout(t *testing.T) {
 
 // TestFinishWaitsForLateUpdate delivers every cell's updates only after its
 // cell_finished (hf.updates reached the broker late): the finish is held
-// behind the attempts that wait for an update's version, so nothing is
-// dead-lettered and every derived event equals the in-order stream's, except
-// the samples of trailing updates that no attempt runs. Such an update, late
-// past its cell's finish, is ignored by the scorer (nothing can hold the finish
-// for it): the known limit, bounded in practice by Config.MergeIdle.
+// behind the attempts that wait for an update's version, and for
+// Config.FinishHold behind the trailing updates that no attempt runs, so
+// nothing is dead-lettered and every derived event equals the in-order
+// stream's. With the hold disabled the trailing updates' samples are lost:
+// the hold is what keeps them.
 func TestFinishWaitsForLateUpdate(t *testing.T) {
 	c := gen.Generate(gen.Config{Seed: 9})
 	recs := encodeRecords(t, c)
@@ -200,7 +201,23 @@ func TestFinishWaitsForLateUpdate(t *testing.T) {
 	if len(trailing) == 0 || len(trailing) == len(want) {
 		t.Fatalf("campaign has %d trailing updates: the test needs some, not all", len(trailing))
 	}
-	got := feedAll(newLocal(t, Config{MinPairs: 2}), moved, time.Now())
+	for _, hold := range []time.Duration{0, -1} {
+		got := feedAll(newLocal(t, Config{MinPairs: 2, FinishHold: hold}), moved, time.Now())
+		missing := lateDiff(t, want, got, trailing)
+		switch {
+		case hold == 0 && missing != 0:
+			t.Errorf("finish hold on: %d trailing updates lost their sample, want 0", missing)
+		case hold < 0 && missing != len(trailing):
+			t.Errorf("finish hold off: %d of %d trailing samples missing, want all (the test must show what the hold keeps)", missing, len(trailing))
+		}
+	}
+}
+
+// lateDiff compares a derived set with the in-order one: no dead letters,
+// every event equal except missing samples of trailing updates, whose count
+// it returns.
+func lateDiff(t *testing.T, want, got map[string][]byte, trailing map[string]bool) int {
+	t.Helper()
 	for k := range got {
 		if strings.HasPrefix(k, schemas.TopicDLQ+"/") {
 			t.Errorf("dead letter %s for a stream whose updates only arrived late", k)
@@ -224,6 +241,7 @@ func TestFinishWaitsForLateUpdate(t *testing.T) {
 	if len(got)+missing != len(want) {
 		t.Errorf("derived %d events (+%d trailing samples), want %d", len(got), missing, len(want))
 	}
+	return missing
 }
 
 // TestFinishWaitsForLateAttempts delivers each cell's last-round attempts

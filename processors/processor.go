@@ -244,13 +244,15 @@ func (p *Processor) runGroup(ctx context.Context, stage string) error {
 
 // partWork is one assigned partition number of one stage in one generation.
 type partWork struct {
-	p        *Processor
-	stage    string
-	group    string
-	gen      *kafka.Generation
-	part     int
-	streams  []*stream
-	commitMu *sync.Mutex
+	// commitCap (stage A) is the offset hf.cells commits stop at, -1: none.
+	commitCap func() int64
+	p         *Processor
+	stage     string
+	group     string
+	gen       *kafka.Generation
+	part      int
+	streams   []*stream
+	commitMu  *sync.Mutex
 	// flushDone receives the result of the flush in flight (nil: none).
 	flushDone chan error
 }
@@ -296,11 +298,19 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	var process func(*inMsg, bool, *sink, time.Time)
 	var tick func(*sink, time.Time)
 	var size func() partSize
+	var release, idle func(*sink, time.Time) // stage A: admit held finishes
 	if w.stage == stageA {
 		c := newCells(cfg, p.m)
 		c.log = p.log
 		process, tick = c.process, c.tick
 		size = func() partSize { return partSize{cells: len(c.byID), pending: c.pending.live} }
+		w.commitCap = c.heldFrom
+		release = c.drain
+		if cfg.StopWhenCaughtUp {
+			// Until caught up, the log as it stands is the whole input:
+			// a finish held at its end has nothing left to wait for.
+			idle = c.drain
+		}
 	} else {
 		s := newPairs(cfg, p.m, p.camps)
 		s.log = p.log
@@ -334,6 +344,9 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		s := w.streams[f.stream]
 		s.inflight = false
 		s.hwm, s.next = f.hwm, f.next
+		if f.next >= f.hwm {
+			s.endSeen = f.asked
+		}
 		if len(f.msgs) > 0 {
 			if s.head() == nil && len(s.queued) == 0 {
 				s.buf, s.pos = f.msgs, 0
@@ -382,12 +395,17 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 			}
 			if ready && best != nil && len(w.streams) > 1 {
 				// Merge past a stream at its end only when what is merged
-				// is not newer than what that stream last had, or arrived
-				// MergeIdle ago: a producer writing one topic after another
-				// has had that long to write the sibling topic.
+				// is not newer than what that stream last had, or that
+				// stream was seen at its end by a fetch sent MergeIdle
+				// after the message arrived: a producer writing one topic
+				// after another has had that long to write the sibling
+				// topic. The end must be seen again after that time, not
+				// merely known: under a backlog a message waits in the
+				// buffer long after the sibling's last look, and what the
+				// sibling received since is not known yet.
 				h := best.head()
 				for _, s := range w.streams {
-					if s.head() == nil && h.ts.After(s.lastTS) && now.Sub(h.arrived) < cfg.MergeIdle {
+					if s.head() == nil && h.ts.After(s.lastTS) && s.endSeen.Before(h.arrived.Add(cfg.MergeIdle)) {
 						ready = false
 						break
 					}
@@ -445,6 +463,9 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		case <-ticker.C:
 			if w.allAtEnd() {
 				tick(out, time.Now())
+				if idle != nil {
+					idle(out, time.Now())
+				}
 			}
 		case err := <-w.flushDone:
 			w.flushDone = nil
@@ -454,6 +475,9 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		case <-gctx.Done():
 			return nil
 		case <-runCtx.Done():
+			if release != nil && cfg.DrainTimeout >= 0 {
+				release(out, time.Now())
+			}
 			return w.drain(fctx, out, processed)
 		}
 	}
@@ -530,9 +554,17 @@ func (w *partWork) waitFlush() error {
 func (w *partWork) startFlush(fctx context.Context, out *sink, processed int) {
 	commit := map[string]map[int]int64{}
 	for _, s := range w.streams {
-		if s.consumed > s.flushedTo && s.consumed > s.committed {
-			commit[s.topic] = map[int]int64{w.part: s.consumed}
-			s.flushedTo = s.consumed
+		to := s.consumed
+		if w.commitCap != nil && s.topic == schemas.TopicCells {
+			// Never commit past a held cell_finished: until it is
+			// admitted, its cell is not processed (and Lag says so).
+			if held := w.commitCap(); held >= 0 && held < to {
+				to = held
+			}
+		}
+		if to > s.flushedTo && to > s.committed {
+			commit[s.topic] = map[int]int64{w.part: to}
+			s.flushedTo = to
 		}
 	}
 	hwm := map[string]int64{}

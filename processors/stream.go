@@ -21,7 +21,10 @@ type fetched struct {
 	msgs   []*inMsg
 	hwm    int64 // the partition's high watermark at fetch time
 	next   int64 // the offset after the last message fetched
-	err    error
+	// asked is when the fetch was sent (wall clock): an answer at the
+	// high watermark shows the partition held nothing more at that time.
+	asked time.Time
+	err   error
 }
 
 // fetcher reads one topic partition from an offset on, one fetch per token on
@@ -106,6 +109,7 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 	if !f.started {
 		wait = time.Millisecond
 	}
+	asked := time.Now()
 	res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
 		Topic: f.topic, Partition: f.part, Offset: *offset,
 		MinBytes: 1, MaxBytes: int64(f.cfg.FetchMaxBytes), MaxWait: wait,
@@ -121,7 +125,7 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 		}
 		return fetched{}, res.Error
 	}
-	out := fetched{stream: f.idx, hwm: res.HighWatermark, next: *offset}
+	out := fetched{stream: f.idx, hwm: res.HighWatermark, next: *offset, asked: asked}
 	arrived := time.Now()
 	// One allocation for the fetch's messages instead of one per message.
 	var slab []inMsg
@@ -176,6 +180,9 @@ type stream struct {
 	want      chan struct{}
 	in        prometheus.Counter // events in, for this topic
 	lastTS    time.Time          // timestamp of the last message processed
+	// endSeen is when the latest fetch that found the stream at its high
+	// watermark was sent: the stream held nothing newer than that then.
+	endSeen time.Time
 }
 
 func (s *stream) head() *inMsg {

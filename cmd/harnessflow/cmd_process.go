@@ -25,6 +25,7 @@ func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) 
 	fs.IntVar(&cfg.MinPairs, "min-pairs", 5, "minimum tasks per side for a non-neutral label")
 	fs.Float64Var(&cfg.Lambda, "lambda", 1, "stability penalty handed to the scorer")
 	fs.IntVar(&cfg.BatchSize, "batch-size", 2000, "input messages per partition between write-then-commit points")
+	fs.DurationVar(&cfg.FinishHold, "finish-hold", 5*time.Second, "hold each cell_finished this long (log clock, or wall clock when idle) so late updates and judgments of the cell are admitted before it (negative: off)")
 	fs.DurationVar(&cfg.MergeIdle, "merge-idle", 500*time.Millisecond, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
 	fs.StringVar(&cfg.Listen, "listen", "", "serve /metrics and /healthz on this address (empty: none)")
 }
