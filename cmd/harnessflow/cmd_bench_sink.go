@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -23,6 +20,7 @@ import (
 	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
 	"github.com/harnessflow/harnessflow/internal/chserver"
 	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/e2e"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/logx"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -107,7 +105,7 @@ func runBenchSink(ctx context.Context, out io.Writer, o benchSinkOptions) error 
 		addr = srv.Addr()
 		fmt.Fprintf(out, "embedded broker %s, clickhouse-server %s at %s\n", b.Addr(), srv.Version(), addr)
 	}
-	client, clientArgs, err := findClient(o.client)
+	client, clientArgs, err := e2e.FindClient(o.client)
 	if err != nil {
 		return withCode(2, err)
 	}
@@ -222,18 +220,18 @@ func runBenchSink(ctx context.Context, out io.Writer, o benchSinkOptions) error 
 		return withCode(2, err)
 	}
 	defer os.Remove(tsv.Name())
-	if err := writeTSV(tsv, data); err != nil {
+	if err := e2e.WriteTSV(tsv, data); err != nil {
 		return withCode(2, err)
 	}
 	tsv.Close()
-	host, port := splitHostPort(addr)
+	host, port := e2e.SplitHostPort(addr)
 	colList := strings.Join(cols, ", ")
-	ceiling, err := timeClient(ctx, client, clientArgs, host, port, tsv.Name(),
+	ceiling, err := e2e.TimeClient(ctx, client, clientArgs, host, port, tsv.Name(),
 		"INSERT INTO "+db+".task_attempts_ceiling ("+colList+") FORMAT TabSeparated")
 	if err != nil {
 		return withCode(2, err)
 	}
-	clientNull, err := timeClient(ctx, client, clientArgs, host, port, tsv.Name(),
+	clientNull, err := e2e.TimeClient(ctx, client, clientArgs, host, port, tsv.Name(),
 		"INSERT INTO "+db+".task_attempts_null ("+colList+") FORMAT TabSeparated")
 	if err != nil {
 		return withCode(2, err)
@@ -333,52 +331,6 @@ func skipToEnd(ctx context.Context, brokers []string, group, topic string) error
 	return nil
 }
 
-func findClient(bin string) (string, []string, error) {
-	if bin != "" {
-		p, err := exec.LookPath(bin)
-		if err != nil {
-			return "", nil, err
-		}
-		if filepath.Base(p) == "clickhouse" {
-			return p, []string{"client"}, nil
-		}
-		return p, nil, nil
-	}
-	if p, err := exec.LookPath("clickhouse-client"); err == nil {
-		return p, nil, nil
-	}
-	if p, err := exec.LookPath("clickhouse"); err == nil {
-		return p, []string{"client"}, nil
-	}
-	return "", nil, fmt.Errorf("no clickhouse-client on PATH (apt-get install clickhouse-client), or pass --client")
-}
-
-func splitHostPort(addr string) (string, string) {
-	i := strings.LastIndex(addr, ":")
-	if i < 0 {
-		return addr, "9000"
-	}
-	return addr[:i], addr[i+1:]
-}
-
-func timeClient(ctx context.Context, client string, pre []string, host, port, file, query string) (float64, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	args := append(append([]string{}, pre...), "--host", host, "--port", port, "--query", query)
-	c := exec.CommandContext(ctx, client, args...)
-	c.Stdin = f
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	t0 := time.Now()
-	if err := c.Run(); err != nil {
-		return 0, fmt.Errorf("%s %s: %v: %s", client, query, err, stderr.String())
-	}
-	return time.Since(t0).Seconds(), nil
-}
-
 func timeGoInsert(ctx context.Context, conn driver.Conn, database, table string, evs []schemas.Event, batch int) (float64, error) {
 	w := chsink.NewConnWriter(conn, database)
 	t0 := time.Now()
@@ -392,72 +344,6 @@ func timeGoInsert(ctx context.Context, conn driver.Conn, database, table string,
 		}
 	}
 	return time.Since(t0).Seconds(), nil
-}
-
-// writeTSV writes column-wise data as TabSeparated rows.
-func writeTSV(w io.Writer, data []any) error {
-	bw := bufio.NewWriterSize(w, 1<<20)
-	cols := make([]reflect.Value, len(data))
-	for i, d := range data {
-		cols[i] = reflect.ValueOf(d)
-	}
-	n := cols[0].Len()
-	var buf []byte
-	for r := 0; r < n; r++ {
-		buf = buf[:0]
-		for c := range cols {
-			if c > 0 {
-				buf = append(buf, '\t')
-			}
-			buf = appendTSV(buf, cols[c].Index(r).Interface())
-		}
-		buf = append(buf, '\n')
-		if _, err := bw.Write(buf); err != nil {
-			return err
-		}
-	}
-	return bw.Flush()
-}
-
-var tsvEscaper = strings.NewReplacer("\\", "\\\\", "\t", "\\t", "\n", "\\n", "'", "\\'")
-
-func appendTSV(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case string:
-		return append(b, tsvEscaper.Replace(x)...)
-	case int32:
-		return strconv.AppendInt(b, int64(x), 10)
-	case int64:
-		return strconv.AppendInt(b, x, 10)
-	case uint8:
-		return strconv.AppendUint(b, uint64(x), 10)
-	case uint64:
-		return strconv.AppendUint(b, x, 10)
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return append(b, "nan"...)
-		}
-		return strconv.AppendFloat(b, x, 'g', -1, 64)
-	case *float64:
-		if x == nil {
-			return append(b, `\N`...)
-		}
-		return strconv.AppendFloat(b, *x, 'g', -1, 64)
-	case time.Time:
-		return x.UTC().AppendFormat(b, "2006-01-02 15:04:05")
-	case []string:
-		b = append(b, '[')
-		for i, s := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '\'')
-			b = append(b, tsvEscaper.Replace(s)...)
-			b = append(b, '\'')
-		}
-		return append(b, ']')
-	}
-	return append(b, fmt.Sprint(v)...)
 }
 
 // benchViews fills database with n generated attempts over 360 cells (2

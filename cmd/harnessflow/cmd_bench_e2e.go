@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harnessflow/harnessflow/internal/e2e"
+	"github.com/harnessflow/harnessflow/internal/logx"
+)
+
+func init() { registerBench(newBenchE2ECmd) }
+
+func newBenchE2ECmd() *cobra.Command {
+	var cfg e2e.Config
+	var out string
+	cmd := &cobra.Command{
+		Use:   "e2e",
+		Short: "Whole pipeline, co-located: SDK produce rate, end-to-end events/s, latency, peak RSS, ceilings, peer, bad-input storm",
+		Long: `bench e2e starts an embedded broker, a managed clickhouse-server and the real
+process, sink and train components (child processes of this binary), then, in one
+run:
+
+  rss 1x      --events/10 generated events; the children's peak RSS after them;
+  latency     a campaign paced at --latency-rate events/s for --latency-duration;
+              produce -> row visible in task_attempts for one attempt in
+              --latency-sample, ClickHouse polled every --poll (the resolution);
+  throughput  --events generated events (10 chunks of the 1x width) through the
+              Go SDK: produce events/s, and end to end events/s = events / (first
+              produce until every raw row, labeled sample and round metric is
+              visible, deduplicated); peak RSS again (10x);
+  ceilings    a plain kafka-go group reader over the raw cell topics, and
+              clickhouse-client inserting the same rows from TSV, same run;
+  storm       the throughput load with --malformed-pct malformed messages mixed
+              in: its rate beside the clean one, every malformed message checked
+              in rejected_events with its reason code;
+  peer        ClickHouse's Kafka table engine reading the same attempts as
+              JSONEachRow from the same broker (recorded either way).
+
+It prints a table and writes --out (JSON). It exits 1 when an assertion failed
+(rows missing, dead letters missing); goals not met are reported, not errors.`,
+		Example: "  harnessflow bench e2e\n  harnessflow bench e2e --events 200000 --latency-duration 10s --skip-peer --out /tmp/e2e.json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return withCode(2, fmt.Errorf("find this executable for the children: %w", err))
+			}
+			cfg.Bin = bin
+			cfg.Progress = cmd.OutOrStdout()
+			cfg.Log = logx.New("bench-e2e")
+			cfg.Command = "harnessflow " + strings.Join(os.Args[1:], " ")
+			res, runErr := e2e.Run(cmd.Context(), cfg)
+			if res == nil {
+				return withCode(2, runErr)
+			}
+			printE2E(cmd.OutOrStdout(), res)
+			if out != "" {
+				if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+					return withCode(2, err)
+				}
+				b, err := json.MarshalIndent(res, "", "  ")
+				if err != nil {
+					return withCode(2, err)
+				}
+				if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+					return withCode(2, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+			}
+			if runErr != nil {
+				return withCode(1, runErr)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Events, "events", 2000000, "events of the throughput run and of the storm (the 1x RSS run is a tenth)")
+	f.IntVar(&cfg.LatencyRate, "latency-rate", 10000, "offered load of the latency phase, events/s")
+	f.DurationVar(&cfg.LatencyDuration, "latency-duration", 30e9, "how long the latency phase produces")
+	f.IntVar(&cfg.LatencySample, "latency-sample", 50, "time one task attempt in this many")
+	f.DurationVar(&cfg.PollEvery, "poll", 50e6, "latency poll period of ClickHouse (the latency figures' resolution)")
+	f.Float64Var(&cfg.MalformedPct, "malformed-pct", 1, "malformed messages in the storm, percent of events (negative: skip the storm)")
+	f.BoolVar(&cfg.SkipPeer, "skip-peer", false, "skip the ClickHouse Kafka engine peer")
+	f.DurationVar(&cfg.PeerTimeout, "peer-timeout", 60e9, "bound of the peer phase")
+	f.Float64Var(&cfg.RSSTolerance, "rss-tolerance", 0.5, "peak RSS at 10x may exceed 1x by this fraction and still count as flat")
+	f.StringVar(&cfg.Client, "client", "", "clickhouse-client binary for the insert ceiling (default: on PATH)")
+	f.StringVar(&cfg.Dir, "dir", "", "directory for the cluster's data and logs (default: a temporary one)")
+	f.BoolVar(&cfg.Keep, "keep", false, "keep --dir (data and the children's logs) after the run")
+	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 20*60e9, "give up when a phase's rows are not all visible after this long (also: no progress for 1 min with the processors caught up, or 3 min)")
+	f.StringVar(&out, "out", "bench/results/e2e.json", "write the results as JSON here (empty: do not write)")
+	return cmd
+}
+
+func printE2E(w io.Writer, r *e2e.Result) {
+	fmt.Fprintf(w, "\n%-44s %s\n", "bench e2e", r.Date)
+	fmt.Fprintf(w, "%-44s %d cores, %.1f GiB, %s, %s, %s, ClickHouse %s\n", "machine", r.Machine.Cores, r.Machine.MemoryGiB,
+		r.Machine.CPU, r.Machine.OS, r.Machine.Go, r.Machine.ClickHouse)
+	row := func(name, format string, a ...any) {
+		fmt.Fprintf(w, "%-44s "+format+"\n", append([]any{name}, a...)...)
+	}
+	row("events (throughput run)", "%d", r.Events)
+	row("produce (Go SDK)", "%10.0f events/s", r.ProduceEventsPerS)
+	row("end to end (produce -> all rows visible)", "%10.0f events/s  (processed after %.1fs, raw rows %.1fs, all %.1fs)",
+		r.E2EEventsPerS, r.Throughput.ProcessedS, r.Throughput.RawVisibleS, r.Throughput.VisibleS)
+	row("latency p50 / p95 / p99 / max", "%.0f / %.0f / %.0f / %.0f ms  (%d samples at %.0f events/s, poll %.0f ms)",
+		r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Latency.Samples, r.Latency.AchievedPerS, r.Latency.MeanPollMS)
+	row("peak RSS process 1x / 10x", "%.0f / %.0f MiB", r.RSSMB.Process1x, r.RSSMB.Process10x)
+	row("peak RSS sink 1x / 10x", "%.0f / %.0f MiB", r.RSSMB.Sink1x, r.RSSMB.Sink10x)
+	row("peak RSS train 1x / 10x", "%.0f / %.0f MiB", r.RSSMB.Train1x, r.RSSMB.Train10x)
+	row("ceiling kafka-go read", "%10.0f events/s", r.Ceilings.KafkaReadEventsPerS)
+	row("ceiling clickhouse-client insert", "%10.0f rows/s", r.Ceilings.ClickHouseClientRowsPerS)
+	for _, k := range []string{"produce_vs_kafka_go_read", "process_vs_kafka_go_read", "sink_vs_clickhouse_client", "e2e_vs_kafka_go_read", "e2e_vs_clickhouse_client", "sink_vs_kafka_engine_peer"} {
+		if v, ok := r.Ratios[k]; ok {
+			row("ratio "+k, "%10.3f", v)
+		}
+	}
+	row("peer: "+r.Peer.Engine, "%s %s", r.Peer.Status, peerFigure(r.Peer))
+	if r.Storm.Skipped {
+		row("storm", "skipped")
+	} else {
+		row(fmt.Sprintf("storm (%.2g %% malformed)", r.Storm.MalformedPct), "%10.0f events/s vs clean %.0f: ratio %.3f; dlq %d/%d %v",
+			r.Storm.E2EEventsPerS, r.Storm.CleanPerS, r.Storm.RateRatio, r.Storm.DLQRows, r.Storm.MalformedSent, r.Storm.DLQByReason)
+	}
+	for _, g := range r.Goals {
+		met := "NOT MET"
+		if g.Met {
+			met = "met"
+		}
+		row("goal "+g.Name, "%-7s %.3f (target %s)", met, g.Value, g.Target)
+	}
+}
+
+func peerFigure(p e2e.Peer) string {
+	if p.Status == "ok" {
+		return fmt.Sprintf("%.0f rows/s (%d rows in %.1fs)", p.RowsPerS, p.RowsVisible, p.Seconds)
+	}
+	return p.Reason
+}

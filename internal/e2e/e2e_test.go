@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/internal/fleet"
+	"github.com/harnessflow/harnessflow/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// syncBuffer collects progress lines from the bench's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunSmall runs the whole bench at a tiny size against the real cluster
+// (embedded broker, clickhouse-server, the real process/sink/train children)
+// and checks what it asserts and records.
+func TestRunSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	bin, err := fleet.BuildBinary(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var progress syncBuffer
+	res, err := Run(ctx, Config{Bin: bin, Dir: filepath.Join(dir, "cluster"), Keep: true, Events: 20000,
+		LatencyRate: 1000, LatencyDuration: 3 * time.Second, LatencySample: 10, PeerTimeout: 30 * time.Second,
+		PhaseTimeout: 3 * time.Minute, Progress: &progress})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		logs, _ := filepath.Glob(filepath.Join(dir, "cluster", "logs", "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("%s (tail):\n%s", l, tail(string(b), 3000))
+		}
+		t.Fatal(err)
+	}
+
+	// Every row visible, counts exactly the generated campaign's.
+	th := res.Throughput
+	if th.Got != th.Expected || th.Expected.Attempts == 0 || th.Expected.Samples == 0 || th.Expected.Rounds == 0 {
+		t.Errorf("throughput rows %+v, want %+v (non-zero)", th.Got, th.Expected)
+	}
+	if th.Expected.raw() != res.Events || res.Events < 18000 {
+		t.Errorf("raw rows expected %d, events %d", th.Expected.raw(), res.Events)
+	}
+	if !(th.ProduceS > 0 && th.ProcessedS > 0 && th.RawVisibleS > 0 && th.VisibleS >= th.RawVisibleS) {
+		t.Errorf("throughput timings %+v", th)
+	}
+	if res.E2EEventsPerS <= 0 || res.ProduceEventsPerS < res.E2EEventsPerS {
+		t.Errorf("rates: produce %.0f, e2e %.0f", res.ProduceEventsPerS, res.E2EEventsPerS)
+	}
+	// Latency.
+	l := res.Latency
+	if l.Samples == 0 || !(0 < l.P50 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) || l.PollMS != 50 {
+		t.Errorf("latency %+v", l)
+	}
+	// RSS.
+	r := res.RSSMB
+	for name, v := range map[string]float64{"process_1x": r.Process1x, "process_10x": r.Process10x, "sink_1x": r.Sink1x,
+		"sink_10x": r.Sink10x, "train_1x": r.Train1x, "train_10x": r.Train10x} {
+		if v <= 1 {
+			t.Errorf("rss %s = %.1f MiB", name, v)
+		}
+	}
+	// Ceilings and ratios.
+	if res.Ceilings.KafkaReadEventsPerS <= 0 || res.Ceilings.ClickHouseClientRowsPerS <= 0 || res.Ceilings.ClickHouseClientRows != res.Events {
+		t.Errorf("ceilings %+v", res.Ceilings)
+	}
+	for _, k := range []string{"process_vs_kafka_go_read", "sink_vs_clickhouse_client", "e2e_vs_kafka_go_read", "e2e_vs_clickhouse_client"} {
+		if v := res.Ratios[k]; !(v > 0) {
+			t.Errorf("ratio %s = %v", k, v)
+		}
+	}
+	// Storm: every malformed message dead-lettered with its reason.
+	s := res.Storm
+	if s.MalformedSent < 150 || s.DLQRows != s.MalformedSent || !sameCounts(s.DLQByReason, s.SentByReason) ||
+		s.SentByReason["malformed"] == 0 || s.SentByReason["unknown_fingerprint"] == 0 || s.Phase.Got.DLQ != s.MalformedSent {
+		t.Errorf("storm %+v", s)
+	}
+	if s.RateRatio <= 0 || s.Phase.Got.Attempts != th.Expected.Attempts {
+		t.Errorf("storm rate ratio %.3f, attempts %d", s.RateRatio, s.Phase.Got.Attempts)
+	}
+	// Peer: recorded either way.
+	if res.Peer.Status == "" || (res.Peer.Status != "ok" && res.Peer.Reason == "") {
+		t.Errorf("peer %+v", res.Peer)
+	}
+	if res.Peer.Status == "ok" && res.Peer.RowsVisible < res.Peer.Rows {
+		t.Errorf("peer ok with %d of %d rows", res.Peer.RowsVisible, res.Peer.Rows)
+	}
+	// The JSON has every field the issue asks for.
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"e2e_events_per_s", "produce_events_per_s", "latency_ms", "rss_mb", "ceilings", "ratios", "peer",
+		"storm", "machine", "date", "command", "goals"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("json lacks %q", k)
+		}
+	}
+	for _, k := range []string{"p50", "p95", "p99"} {
+		if _, ok := m["latency_ms"].(map[string]any)[k]; !ok {
+			t.Errorf("latency_ms lacks %q", k)
+		}
+	}
+	mach := res.Machine
+	if mach.Cores < 1 || mach.MemoryGiB <= 0 || mach.Go == "" || mach.ClickHouse == "" || mach.Kernel == "" {
+		t.Errorf("machine %+v", mach)
+	}
+	if len(res.Goals) != 5 {
+		t.Errorf("goals %+v", res.Goals)
+	}
+	if !strings.Contains(progress.String(), "throughput:") {
+		t.Errorf("no progress lines")
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

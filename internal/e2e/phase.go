@@ -1,0 +1,313 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/gen"
+	"github.com/harnessflow/harnessflow/internal/stack"
+	"github.com/harnessflow/harnessflow/processors"
+	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// plan is the shape of one generated chunk.
+type plan struct {
+	cfg    gen.Config
+	events int
+}
+
+// planFor sizes a campaign of about n events: 3 evolvers per agent, 10
+// rounds of up to 100 tasks, as many agents as n needs.
+func planFor(n int) plan {
+	c := gen.Config{Agents: 1, Evolvers: 3, Rounds: 10, TasksPerRound: 100}
+	per := len(gen.Generate(c).Records) - 1
+	if per > n {
+		c.TasksPerRound = max(2, c.TasksPerRound*n/per)
+		per = len(gen.Generate(c).Records) - 1
+	}
+	c.Agents = max(1, (n+per/2)/per)
+	return plan{cfg: c, events: len(gen.Generate(c).Records)}
+}
+
+// chunk generates the k-th campaign of a phase.
+func (b *bench) chunk(p plan, phase string, k int) *gen.Campaign {
+	c := p.cfg
+	c.Seed = int64(k + 1)
+	c.Campaign = fmt.Sprintf("%s-%s-%02d", b.run, phase, k)
+	c.Start = time.Now().UTC().Truncate(time.Millisecond)
+	return gen.Generate(c)
+}
+
+func (b *bench) prefix(phase string) string { return b.run + "-" + phase + "-" }
+
+// Counts are rows per table of one phase.
+type Counts struct {
+	Campaigns   int `json:"campaigns"`
+	Cells       int `json:"cells"`
+	Attempts    int `json:"task_attempts"`
+	SkillEvents int `json:"skill_events"`
+	Updates     int `json:"harness_updates"`
+	Judgments   int `json:"adherence_judgments"`
+	Samples     int `json:"labeled_samples"`
+	Rounds      int `json:"round_metrics"`
+	DLQ         int `json:"rejected_events"`
+}
+
+func (c Counts) raw() int {
+	return c.Campaigns + c.Cells + c.Attempts + c.SkillEvents + c.Updates + c.Judgments
+}
+
+func (c *Counts) add(o Counts) {
+	c.Campaigns += o.Campaigns
+	c.Cells += o.Cells
+	c.Attempts += o.Attempts
+	c.SkillEvents += o.SkillEvents
+	c.Updates += o.Updates
+	c.Judgments += o.Judgments
+	c.Samples += o.Samples
+	c.Rounds += o.Rounds
+	c.DLQ += o.DLQ
+}
+
+func (c Counts) rawAtLeast(w Counts) bool {
+	return c.Campaigns >= w.Campaigns && c.Cells >= w.Cells && c.Attempts >= w.Attempts &&
+		c.SkillEvents >= w.SkillEvents && c.Updates >= w.Updates && c.Judgments >= w.Judgments
+}
+
+func (c Counts) atLeast(w Counts) bool {
+	return c.rawAtLeast(w) && c.Samples >= w.Samples && c.Rounds >= w.Rounds && c.DLQ >= w.DLQ
+}
+
+// expected counts the rows a processed campaign leaves (stack.CountDemo
+// for the derived ones).
+func expected(c *gen.Campaign) Counts {
+	var n Counts
+	evs := make([]schemas.Event, 0, len(c.Records))
+	for _, r := range c.Records {
+		evs = append(evs, r.Event)
+		switch r.Event.(type) {
+		case *schemas.CampaignDeclared:
+			n.Campaigns++
+		case *schemas.CellStarted, *schemas.CellFinished:
+			n.Cells++
+		case *schemas.TaskAttempt:
+			n.Attempts++
+		case *schemas.SkillEvent:
+			n.SkillEvents++
+		case *schemas.HarnessUpdate:
+			n.Updates++
+		case *schemas.AdherenceJudgment:
+			n.Judgments++
+		}
+	}
+	d := stack.CountDemo(evs)
+	n.Samples, n.Rounds = d.Samples, d.Rounds
+	return n
+}
+
+// phase produces chunks generated campaigns of p through the Go SDK, one
+// after the other, and waits until ClickHouse holds every row. inject, when
+// set, is called after each emitted event (the storm).
+func (b *bench) phase(ctx context.Context, name string, p plan, chunks int, inj *injector) (*Phase, error) {
+	type genned struct {
+		c    *gen.Campaign
+		want Counts
+	}
+	gch := make(chan genned, 1)
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // generates the next chunk while the current one is produced
+		defer close(gch)
+		for k := 0; k < chunks; k++ {
+			c := b.chunk(p, name, k)
+			select {
+			case gch <- genned{c, expected(c)}:
+			case <-gctx.Done():
+				return
+			}
+		}
+	}()
+	prod, err := producers.New(producers.Config{Brokers: b.cl.Brokers(), Source: "bench-e2e"})
+	if err != nil {
+		return nil, err
+	}
+	defer prod.Close(context.Background())
+	ph := &Phase{Chunks: chunks}
+	var t0 time.Time
+	k := 0
+	for g := range gch {
+		if t0.IsZero() {
+			t0 = time.Now()
+		}
+		for _, r := range g.c.Records {
+			// event_time is stamped by the SDK at emit, as a live agent's would be:
+			// the generator's synthetic times (1 ms apart from the chunk's start)
+			// run ahead of the emit rate, so chunks emitted back to back would
+			// overlap in event time, which no live producer does.
+			r.Event.Header().EventTime = time.Time{}
+			if err := prod.Emit(ctx, r.Event); err != nil {
+				return nil, fmt.Errorf("emit %s: %w", r.Event.Header().EventID, err)
+			}
+			if inj != nil {
+				inj.after(ctx, r)
+			}
+		}
+		ph.Events += len(g.c.Records)
+		ph.Expected.add(g.want)
+		k++
+		if chunks > 1 {
+			b.pr("  %s: chunk %d/%d emitted (%d events, %.0f events/s so far)", name, k, chunks, ph.Events, float64(ph.Events)/time.Since(t0).Seconds())
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := prod.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("flush: %w", err)
+	}
+	if inj != nil {
+		if err := inj.close(); err != nil {
+			return nil, err
+		}
+		ph.Expected.DLQ = inj.sent
+	}
+	ph.ProduceS = time.Since(t0).Seconds()
+	b.pr("  %s: %d events produced in %.1fs (%.0f events/s); waiting for ClickHouse", name, ph.Events, ph.ProduceS, float64(ph.Events)/ph.ProduceS)
+	if err := b.wait(ctx, name, ph, t0, 500*time.Millisecond); err != nil {
+		return ph, err
+	}
+	return ph, nil
+}
+
+// wait polls ClickHouse until ph.Expected rows of the phase are visible
+// (counted, then confirmed deduplicated by event id), and the processors'
+// lag is 0. Times are measured from t0.
+func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, every time.Duration) error {
+	ph.PollMS = float64(every.Milliseconds())
+	deadline := time.Now().Add(b.cfg.PhaseTimeout)
+	lastPrint := time.Now()
+	dedup := false
+	var lastGot Counts
+	lastChange := time.Now()
+	for {
+		now := time.Now()
+		if ph.ProcessedS == 0 {
+			if lag, err := processors.Lag(ctx, b.cl.Brokers(), "hf-processors"); err == nil && lag == 0 {
+				ph.ProcessedS = now.Sub(t0).Seconds()
+			}
+		}
+		got, err := b.count(ctx, name, dedup)
+		if err == nil {
+			ph.Got = got
+			if ph.RawVisibleS == 0 && got.rawAtLeast(ph.Expected) {
+				if dedup {
+					ph.RawVisibleS = now.Sub(t0).Seconds()
+				} else if d, err := b.count(ctx, name, true); err == nil && d.rawAtLeast(ph.Expected) {
+					ph.RawVisibleS = now.Sub(t0).Seconds()
+				}
+			}
+			if got.atLeast(ph.Expected) {
+				if !dedup {
+					// Confirm without duplicates; keep polling deduplicated.
+					dedup = true
+					if d, err := b.count(ctx, name, true); err == nil {
+						ph.Got = d
+						got = d
+					}
+				}
+				if got.atLeast(ph.Expected) && ph.ProcessedS > 0 {
+					ph.VisibleS = now.Sub(t0).Seconds()
+					if got != ph.Expected {
+						return fmt.Errorf("%s: rows %+v, want exactly %+v", name, got, ph.Expected)
+					}
+					return nil
+				}
+			}
+		} else {
+			b.cfg.Log.Warn().Err(err).Msg("count rows")
+		}
+		if ph.Got != lastGot {
+			lastGot, lastChange = ph.Got, time.Now()
+		} else if (ph.ProcessedS > 0 && ph.RawVisibleS > 0 && time.Since(lastChange) > stallAfter) || time.Since(lastChange) > 3*stallAfter {
+			return fmt.Errorf("%s: %w: no change for %s (processors caught up: %v, raw rows visible: %v): rows %+v, want %+v%s%s",
+				name, ErrNotVisible, time.Since(lastChange).Round(time.Second), ph.ProcessedS > 0, ph.RawVisibleS > 0,
+				ph.Got, ph.Expected, b.missing(ctx, name), b.rejections(ctx, name))
+		}
+		if time.Since(lastPrint) > 5*time.Second {
+			lastPrint = time.Now()
+			b.pr("  %s: %.0fs: raw rows %d/%d, samples %d/%d, round metrics %d/%d, dlq %d/%d", name, time.Since(t0).Seconds(),
+				ph.Got.raw(), ph.Expected.raw(), ph.Got.Samples, ph.Expected.Samples, ph.Got.Rounds, ph.Expected.Rounds, ph.Got.DLQ, ph.Expected.DLQ)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w after %s: rows %+v, want %+v; see the children's logs in %s", name, ErrNotVisible,
+				b.cfg.PhaseTimeout, ph.Got, ph.Expected, b.cfg.Dir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(now.Add(every))):
+		}
+	}
+}
+
+// count counts the phase's rows per table: count() while polling,
+// uniqExact(event_id) when dedup is set.
+func (b *bench) count(ctx context.Context, name string, dedup bool) (Counts, error) {
+	p := b.prefix(name)
+	agg := "count()"
+	if dedup {
+		agg = "uniqExact(event_id)"
+	}
+	like := "'" + strings.ReplaceAll(p, "'", "") + "%'"
+	sub := func(table, col string) string {
+		return "(SELECT " + agg + " FROM " + table + " WHERE " + col + " LIKE " + like + ")"
+	}
+	q := "SELECT " + strings.Join([]string{
+		sub("campaigns", "campaign_id"), sub("cells", "cell_id"), sub("task_attempts", "cell_id"),
+		sub("skill_events", "cell_id"), sub("harness_updates", "cell_id"), sub("adherence_judgments", "cell_id"),
+		sub("labeled_samples", "campaign_id"), sub("round_metrics", "campaign_id"),
+		// One dead letter per bad message: the processors' (hf.dlq); the
+		// sink records its own decode failures beside them.
+		"(SELECT uniqExact(source_topic, source_partition, source_offset) FROM rejected_events WHERE source != 'sink' AND payload LIKE '%" +
+			strings.ReplaceAll(p, "'", "") + "%')",
+	}, ", ")
+	var v [9]uint64
+	if err := b.cl.Conn().QueryRow(ctx, q).Scan(&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]); err != nil {
+		return Counts{}, err
+	}
+	return Counts{Campaigns: int(v[0]), Cells: int(v[1]), Attempts: int(v[2]), SkillEvents: int(v[3]), Updates: int(v[4]),
+		Judgments: int(v[5]), Samples: int(v[6]), Rounds: int(v[7]), DLQ: int(v[8])}, nil
+}
+
+// stallAfter ends a wait whose counts stopped changing although every raw
+// row is visible and the processors committed everything.
+const stallAfter = 60 * time.Second
+
+// missing names a few updates of the phase without a labeled sample and
+// cells with fewer round metrics than rounds, for the error message.
+func (b *bench) missing(ctx context.Context, name string) string {
+	like := "'" + b.prefix(name) + "%'"
+	q := "SELECT update_id, cell_id, cycle FROM harness_updates WHERE cell_id LIKE " + like +
+		" AND update_id NOT IN (SELECT update_id FROM labeled_samples WHERE campaign_id LIKE " + like + ") ORDER BY update_id LIMIT 5"
+	_, rows, err := chx.QueryStrings(ctx, b.cl.Conn(), q)
+	if err != nil || len(rows) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; updates without a labeled sample (update_id, cell_id, cycle): %v", rows)
+}
+
+// rejections summarizes the phase's own events that the processors
+// dead-lettered, by stage and reason.
+func (b *bench) rejections(ctx context.Context, name string) string {
+	q := "SELECT stage, reason_code, count() FROM rejected_events WHERE source != 'sink' AND payload LIKE '%" + b.prefix(name) +
+		"%' AND NOT (payload LIKE '%" + b.prefix(name) + "mal-%') GROUP BY stage, reason_code ORDER BY count() DESC LIMIT 5"
+	_, rows, err := chx.QueryStrings(ctx, b.cl.Conn(), q)
+	if err != nil || len(rows) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the phase's events dead-lettered by the processors (stage, reason, count): %v", rows)
+}
