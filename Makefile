@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin/harnessflow
 
-.PHONY: build deps test-deps test fuzz demo bench bench-produce vet
+.PHONY: build deps test-deps test fuzz demo bench chaos bench-produce vet
 
 deps:
 	@bash infra/scripts/ensure-deps.sh
@@ -36,3 +36,14 @@ demo: deps build
 
 bench-produce: build
 	./$(BIN) bench produce --embedded --events 200000
+
+# The system-level proof (bench/README.md): end-to-end throughput, latency,
+# memory and the side-by-side ceilings, written to bench/results/e2e.json.
+bench: deps build
+	./$(BIN) bench e2e
+
+# The fault campaign: kills, restarts, outages, Kafka errors and malformed
+# input during one campaign; asserts nothing lost or duplicated and writes
+# bench/results/chaos.json.
+chaos: deps build
+	./$(BIN) chaos

@@ -1,0 +1,9 @@
+package chaos
+
+import (
+	"testing"
+
+	"github.com/harnessflow/harnessflow/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
