@@ -9,6 +9,8 @@ type sinkMetrics struct {
 	retries  *prometheus.CounterVec
 	rejected *prometheus.CounterVec
 	buffered prometheus.Gauge
+	// kafkaRestarts counts consumer restarts after a Kafka error.
+	kafkaRestarts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *sinkMetrics {
@@ -29,9 +31,12 @@ func newMetrics(reg prometheus.Registerer) *sinkMetrics {
 		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hf_sink_buffered_rows", Help: "Rows read from Kafka and not yet inserted.",
 		}),
+		kafkaRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hf_sink_consumer_restarts_total", Help: "Times the consumer started again after a Kafka fetch or commit error.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered)
+		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered, m.kafkaRestarts)
 	}
 	return m
 }

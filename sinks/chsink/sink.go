@@ -204,6 +204,9 @@ type Sink struct {
 	failed   atomic.Bool  // a worker failed: the others only drain jobs
 	inflight atomic.Int64 // jobs handed to the inserters and not inserted yet
 
+	// ownWriter: w is the ConnWriter Run opened (not WithWriter's).
+	ownWriter bool
+
 	statsMu sync.Mutex
 	stats   Stats
 }
@@ -275,9 +278,54 @@ func (s *Sink) addStats(f func(*Stats)) {
 
 // Run connects, migrates (unless Config.SkipMigrate), and consumes until ctx
 // ends or a fatal error (an insert that failed past RetryMaxElapsed, a
-// permanent ClickHouse error, a commit failure). On cancel it flushes what it
-// buffered and commits, bounded by DrainTimeout, and returns nil.
+// permanent ClickHouse error). A Kafka error (a fetch or an offset commit
+// failing, as during a broker restart) is not fatal: the consumer starts
+// again after a backoff, from the committed offsets, and what was buffered
+// and not committed is read again (inserts are idempotent). On cancel it
+// flushes what it buffered and commits, bounded by DrainTimeout, and returns
+// nil.
 func (s *Sink) Run(ctx context.Context) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
+	for {
+		err := s.runOnce(ctx)
+		var ke *kafkaError
+		if err == nil || ctx.Err() != nil || !errors.As(err, &ke) {
+			return err
+		}
+		d := bo.NextBackOff()
+		s.log.Warn().Err(err).Dur("retry_in", d).Msg("Kafka error; the consumer starts again from the committed offsets")
+		s.m.kafkaRestarts.Inc()
+		s.reset()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// kafkaError marks a Kafka fetch or commit failure: Run starts the consumer
+// again instead of stopping.
+type kafkaError struct{ err error }
+
+func (e *kafkaError) Error() string { return e.err.Error() }
+func (e *kafkaError) Unwrap() error { return e.err }
+
+// reset drops what a failed consumer run buffered (it is read again from
+// the committed offsets) and the writer Run opened for it.
+func (s *Sink) reset() {
+	s.bufs, s.buffered = map[*table]*buffer{}, 0
+	s.fetched, s.first, s.committed = map[tp]int64{}, map[tp]int64{}, map[tp]int64{}
+	s.awaiting = nil
+	s.failed.Store(false)
+	s.inflight.Store(0)
+	if s.ownWriter {
+		s.w, s.ownWriter = nil, false
+	}
+}
+
+func (s *Sink) runOnce(ctx context.Context) error {
 	if s.w == nil || !s.cfg.SkipMigrate {
 		conn, err := chx.Open(ctx, s.cfg.ClickHouse, "")
 		if err != nil {
@@ -290,7 +338,7 @@ func (s *Sink) Run(ctx context.Context) error {
 			}
 		}
 		if s.w == nil {
-			s.w = NewConnWriter(conn, s.cfg.Database)
+			s.w, s.ownWriter = NewConnWriter(conn, s.cfg.Database), true
 		}
 	}
 	if err := kafkax.EnsureAllTopics(ctx, s.cfg.Brokers); err != nil {
@@ -319,7 +367,7 @@ func (s *Sink) Run(ctx context.Context) error {
 			m, err := r.FetchMessage(fctx)
 			if err != nil {
 				if fctx.Err() == nil {
-					fetchErr <- fmt.Errorf("fetch: %w", err)
+					fetchErr <- &kafkaError{fmt.Errorf("fetch: %w", err)}
 				}
 				return
 			}
@@ -821,7 +869,7 @@ func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
 		return nil
 	}
 	if err := r.CommitMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("commit offsets: %w", err)
+		return &kafkaError{fmt.Errorf("commit offsets: %w", err)}
 	}
 	var n int64
 	for _, m := range msgs {

@@ -495,3 +495,45 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("default topics %v", chsink.DefaultTopics())
 	}
 }
+
+// TestSinkSurvivesBrokerRestart restarts the broker on its data dir while the
+// sink inserts and commits: the sink's fetches and commits fail meanwhile,
+// and it must start its consumer again from the committed offsets (not stop)
+// and end with every row exactly once.
+func TestSinkSurvivesBrokerRestart(t *testing.T) {
+	dir := t.TempDir()
+	broker := testenv.Kafka(t, dir)
+	addr := broker.Addr()
+	brokers := []string{addr}
+	ch := testenv.ClickHouse(t)
+	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "restart",
+		MaxAge: 20 * time.Millisecond, RetryMaxInterval: 200 * time.Millisecond, InsertTimeout: 5 * time.Second})
+	produce(t, brokers, attempts(0, 2000))
+	waitFor(t, 60*time.Second, "the first rows", func() (bool, string) {
+		return s.Stats().Rows >= 2000, fmt.Sprintf("%+v", s.Stats())
+	})
+	produce(t, brokers, attempts(2000, 2000))
+	broker.Close() // while the sink inserts and commits those
+	time.Sleep(1500 * time.Millisecond)
+	var b2 *kafkax.Broker
+	var err error
+	for i := 0; i < 50; i++ {
+		if b2, err = kafkax.StartBroker(kafkax.BrokerConfig{Listen: addr, DataDir: dir}); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("restart broker: %v", err)
+	}
+	t.Cleanup(b2.Close)
+	produce(t, brokers, attempts(4000, 2000))
+	waitFor(t, 90*time.Second, "every produced attempt in ClickHouse", func() (bool, string) {
+		n, err := count(ch.Conn, "SELECT count() FROM task_attempts FINAL")
+		return err == nil && n == 6000, fmt.Sprintf("%d rows, err %v, stats %+v", n, err, s.Stats())
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("sink stopped with %v; a broker restart must not stop it", err)
+	}
+	assertCommitted(t, brokers, "restart")
+}
