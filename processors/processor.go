@@ -222,20 +222,50 @@ func (p *Processor) runGroup(ctx context.Context, stage string) error {
 		p.log.Info().Str("group", group).Int32("generation", gen.ID).Ints("partitions", ids).Msg("assigned")
 		commitMu := &sync.Mutex{}
 		for _, id := range ids {
-			w := &partWork{p: p, stage: stage, group: group, gen: gen, part: id, commitMu: commitMu}
-			for i, t := range topics {
-				off, ok := byPart[id][t]
-				if !ok {
-					continue
+			newWork := func(offs map[string]int64) *partWork {
+				w := &partWork{p: p, stage: stage, group: group, gen: gen, part: id, commitMu: commitMu}
+				for i, t := range topics {
+					off, ok := offs[t]
+					if !ok {
+						continue
+					}
+					w.streams = append(w.streams, &stream{topic: t, rank: i, committed: off, flushedTo: off, want: make(chan struct{}, 1),
+						hwm: -1, next: -1, in: p.m.eventsIn.WithLabelValues(t)})
 				}
-				w.streams = append(w.streams, &stream{topic: t, rank: i, committed: off, flushedTo: off, want: make(chan struct{}, 1),
-					hwm: -1, next: -1, in: p.m.eventsIn.WithLabelValues(t)})
+				return w
 			}
+			w := newWork(byPart[id])
 			wg.Add(1)
 			gen.Start(func(gctx context.Context) {
 				defer wg.Done()
-				if err := w.run(gctx, ctx); err != nil {
-					fail(err)
+				bo := backoff.NewExponentialBackOff()
+				bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+				for {
+					if err := w.run(gctx, ctx); err != nil {
+						fail(err)
+						return
+					}
+					if gctx.Err() != nil || ctx.Err() != nil {
+						return
+					}
+					// The partition's work ended on a fetch or commit failure
+					// (a broker restart) while this member still owns the
+					// partition: rebuild it from the committed offsets, or it
+					// would stay idle until the next rebalance.
+					select {
+					case <-gctx.Done():
+						return
+					case <-ctx.Done():
+						return
+					case <-time.After(bo.NextBackOff()):
+					}
+					offs, err := p.committedOf(gctx, group, topics, id)
+					if err != nil {
+						p.log.Warn().Err(err).Str("stage", stage).Int("partition", id).Msg("read committed offsets; retrying")
+						continue
+					}
+					p.log.Info().Str("stage", stage).Int("partition", id).Msg("partition work starts again from the committed offsets")
+					w = newWork(offs)
 				}
 			})
 		}
@@ -366,7 +396,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 			select {
 			case f := <-ch:
 				if err := attach(f); err != nil {
-					p.log.Error().Err(err).Str("stage", w.stage).Int("partition", w.part).Msg("fetch failed; leaving the generation")
+					p.log.Error().Err(err).Str("stage", w.stage).Int("partition", w.part).Msg("fetch failed; the partition's work stops and starts again from the committed offsets")
 					return nil
 				}
 			default:
@@ -457,7 +487,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		select {
 		case f := <-ch:
 			if err := attach(f); err != nil {
-				p.log.Error().Err(err).Str("stage", w.stage).Int("partition", w.part).Msg("fetch failed; leaving the generation")
+				p.log.Error().Err(err).Str("stage", w.stage).Int("partition", w.part).Msg("fetch failed; the partition's work stops and starts again from the committed offsets")
 				return nil
 			}
 		case <-ticker.C:
@@ -484,7 +514,9 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 }
 
 // flushExit maps a flush error to run's result: ErrWrite is fatal, anything
-// else (a failed commit, the generation ending) just ends the generation.
+// else (a failed commit, the generation ending) ends the partition's work,
+// which runGroup starts again from the committed offsets while the
+// generation lasts.
 func flushExit(err error) error {
 	if errors.Is(err, ErrWrite) {
 		return err
@@ -619,7 +651,7 @@ func (w *partWork) flush(ctx context.Context, out *sink, processed int, commit m
 		err := w.gen.CommitOffsets(commit)
 		w.commitMu.Unlock()
 		if err != nil {
-			p.log.Warn().Err(err).Str("group", w.group).Int("partition", w.part).Msg("commit failed; leaving the generation")
+			p.log.Warn().Err(err).Str("group", w.group).Int("partition", w.part).Msg("commit failed; the partition's work stops and starts again from the committed offsets")
 			return err
 		}
 		for topic, po := range commit {
@@ -702,6 +734,28 @@ func endOffsets(ctx context.Context, client *kafka.Client, topics ...string) (ma
 			}
 			out[t][po.Partition] = po.LastOffset
 		}
+	}
+	return out, nil
+}
+
+// committedOf returns group's committed offset of partition id of each
+// topic (negative: none).
+func (p *Processor) committedOf(ctx context.Context, group string, topics []string, id int) (map[string]int64, error) {
+	ends := map[string]map[int]int64{}
+	for _, t := range topics {
+		ends[t] = map[int]int64{id: 0}
+	}
+	c, err := committed(ctx, p.client, group, ends)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, t := range topics {
+		off, ok := c[t][id]
+		if !ok {
+			off = -1
+		}
+		out[t] = off
 	}
 	return out, nil
 }
