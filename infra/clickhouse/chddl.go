@@ -133,8 +133,10 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 		return err
 	}
 	have := map[uint32]string{}
+	last := map[uint32]time.Time{}
 	for _, r := range done {
 		have[r.Version] = r.Checksum
+		last[r.Version] = r.AppliedAt
 	}
 	reapply := false
 	for _, f := range Files() {
@@ -149,22 +151,29 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 				return &StatementError{File: f.Name, Index: i + 1, SQL: stmt, Err: err}
 			}
 		}
-		if err := record(ctx, conn, q, f); err != nil {
+		if err := record(ctx, conn, q, f, last[f.Version]); err != nil {
 			return fmt.Errorf("record migration %s: %w", f.Name, err)
 		}
 	}
 	return nil
 }
 
-// record adds f to the ledger. It uses a native batch insert with named
-// columns: 18.16 does not take inline VALUES through clickhouse-go's Exec.
-func record(ctx context.Context, conn driver.Conn, q string, f File) error {
+// record adds f to the ledger, stamped after prev (the version's latest
+// record, zero when none) so that it is the latest even when the clock is
+// behind it or within the same second: the ledger is read by argMax on
+// applied_at. It uses a native batch insert with named columns: 18.16 does
+// not take inline VALUES through clickhouse-go's Exec.
+func record(ctx context.Context, conn driver.Conn, q string, f File, prev time.Time) error {
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+q+".schema_migrations (version, name, checksum, applied_at)")
 	if err != nil {
 		return err
 	}
 	defer b.Abort()
-	if err := b.Append(f.Version, f.Name, f.Checksum, time.Now().UTC().Truncate(time.Second)); err != nil {
+	at := time.Now().UTC().Truncate(time.Second)
+	if !prev.IsZero() && !at.After(prev) {
+		at = prev.UTC().Add(time.Second)
+	}
+	if err := b.Append(f.Version, f.Name, f.Checksum, at); err != nil {
 		return err
 	}
 	return b.Send()
