@@ -113,17 +113,44 @@ func (c *cells) releaseHolds(due func(*pendItem) bool, emit bool, out *sink, now
 			continue
 		}
 		cs.holdDone = true
-		c.semantic(p.m, emit, out, now)
+		c.semantic(p.m, emit || p.m.emit, out, now)
 	}
 }
 
-// heldFrom is the hf.cells offset of the oldest held cell_finished, -1 when
-// none is held: stage A commits hf.cells only up to it.
-func (c *cells) heldFrom() int64 {
-	if len(c.holds) == 0 {
-		return -1
+// commitFrom returns, per topic, the offset of the oldest message still
+// waiting in memory (a pending event, or a held cell_finished): stage A
+// commits a topic only up to it. A commit past a waiting message would
+// make the next incarnation (another merge order, after a rebalance or a
+// broker restart) treat it as already emitted, and it would be lost.
+// Topics with nothing waiting are absent. Messages of one topic wait in
+// merge order, which is their offset order, so the first of each is the
+// oldest.
+func (c *cells) commitFrom() map[string]int64 {
+	var out map[string]int64
+	note := func(m *inMsg) {
+		if out == nil {
+			out = map[string]int64{}
+		}
+		if o, ok := out[m.topic]; !ok || m.offset < o {
+			out[m.topic] = m.offset
+		}
 	}
-	return c.holds[0].m.offset
+	if len(c.holds) > 0 {
+		note(c.holds[0].m)
+	}
+	seen := 0
+	for _, p := range c.pending.queue {
+		if p == nil || p.done {
+			continue
+		}
+		if _, ok := out[p.m.topic]; !ok {
+			note(p.m)
+			if seen++; seen == len(CellTopics) {
+				break
+			}
+		}
+	}
+	return out
 }
 
 // drain admits every held cell_finished: on a clean stop nothing waits in
@@ -196,7 +223,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		c.byID[id] = cs
 		c.admit(cs, m, emit, out)
 		for _, p := range c.pending.take(id, "") {
-			c.semantic(p.m, emit, out, now)
+			c.semantic(p.m, emit || p.m.emit, out, now)
 		}
 		return
 	}
@@ -256,7 +283,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 				cs.current = ev.ToVersion
 			}
 			for _, p := range c.pending.take(id, ev.ToVersion) {
-				c.semantic(p.m, emit, out, now)
+				c.semantic(p.m, emit || p.m.emit, out, now)
 			}
 			c.releaseFinish(id, emit, out, now)
 		}
@@ -300,7 +327,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		cs.attempts, cs.heldFinish = nil, false
 		c.finished = append(c.finished, cs)
 		for _, p := range c.pending.takeVersions(id) {
-			c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell finished"), emit, out)
+			c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell finished"), emit || p.m.emit, out)
 		}
 	default:
 		c.admit(cs, m, emit, out)
@@ -320,7 +347,7 @@ func (c *cells) addPending(p *pendItem, emit bool, out *sink) {
 	p.m = &cp
 	if c.pending.live >= c.cfg.PendingMax {
 		if old := c.pending.popOldest(); old != nil {
-			c.expired(old, "the pending buffer was full", emit, out)
+			c.expired(old, "the pending buffer was full", emit || old.m.emit, out)
 		}
 	}
 	c.pending.add(p)
@@ -334,7 +361,7 @@ func (c *cells) expire(due func(*pendItem) bool, emit bool, out *sink) {
 			return
 		}
 		c.pending.popOldest()
-		c.expired(p, "the pending timeout "+c.cfg.PendingTimeout.String()+" passed", emit, out)
+		c.expired(p, "the pending timeout "+c.cfg.PendingTimeout.String()+" passed", emit || p.m.emit, out)
 	}
 }
 
@@ -496,7 +523,7 @@ func (c *cells) releaseFinish(cell string, emit bool, out *sink, now time.Time) 
 	}
 	cs.heldFinish = false
 	for _, p := range c.pending.take(cell, finishVersion) {
-		c.semantic(p.m, emit, out, now)
+		c.semantic(p.m, emit || p.m.emit, out, now)
 	}
 }
 

@@ -130,15 +130,21 @@
 //
 // State is rebuilt from the log: when partition p is assigned, its streams
 // are read from the log start; messages below the committed offset are
-// processed without emitting (validation and scoring are deterministic, so
-// the state equals the state before), and outputs are emitted from the
-// committed offset on. The emit decision follows the message that triggers
-// an output (a cell_started releasing pending events emits them if it is
-// new). Because pending events are rebuilt too, the committed offset may
-// pass events still pending. Derived ids are deterministic, so what is
-// re-emitted after a crash or rebalance is byte-identical and deduplicated
-// downstream; a live-mode wall-clock timeout is the one decision that can
-// differ after a restart (a rebuilt pending event waits again).
+// processed without emitting, and outputs are emitted from the committed
+// offset on. Stage A's merge order is not the same in every incarnation (it
+// merges past a sibling topic that is at its end, so it depends on when
+// fetches return), so two rules keep a restart from losing an output:
+// stage A commits each topic only up to its oldest message still waiting in
+// memory (a pending event, a held cell_finished), so whatever waited is new
+// to the next incarnation; and an event released from the pending buffer
+// is emitted when it or the message that releases it is new (an attempt
+// read after the commit point, released by an update before it, is
+// written). Both are pinned by TestRestartInAnotherMergeOrderLosesNothing,
+// and the chaos campaign's broker restart found them. Derived ids are
+// deterministic, so what is re-emitted after a crash or rebalance is
+// byte-identical and deduplicated downstream; a live-mode wall-clock
+// timeout is the one decision that can differ after a restart (a rebuilt
+// pending event waits again).
 //
 // All reads of a partition happen in goroutines started by
 // kafka.Generation.Start with its context; when the generation ends

@@ -53,7 +53,7 @@ func (l *local) feed(topic string, msg kafka.Message, now time.Time, derived *[]
 		}
 		return
 	}
-	m := &inMsg{topic: topic, offset: l.off[topic], ts: msg.Time, key: msg.Key, value: msg.Value}
+	m := &inMsg{topic: topic, offset: l.off[topic], ts: msg.Time, key: msg.Key, value: msg.Value, emit: true}
 	l.off[topic]++
 	decodeMsg(m, l.cfg.Limits)
 	l.outA.reset()

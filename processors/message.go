@@ -22,6 +22,10 @@ type inMsg struct {
 	// over Limits.Event); rej is the decode- or limit-stage rejection.
 	ev  schemas.Event
 	rej *rejection
+	// emit: the message is at or past its stream's committed offset when
+	// merged, so what it derives was never acknowledged and committed
+	// (false while the state is rebuilt from the log).
+	emit bool
 }
 
 // decodeMsg fills m.ev or m.rej from m.value.

@@ -274,8 +274,9 @@ func (p *Processor) runGroup(ctx context.Context, stage string) error {
 
 // partWork is one assigned partition number of one stage in one generation.
 type partWork struct {
-	// commitCap (stage A) is the offset hf.cells commits stop at, -1: none.
-	commitCap func() int64
+	// commitCap (stage A) returns the offset each topic's commit stops at
+	// (topics absent: no limit).
+	commitCap func() map[string]int64
 	p         *Processor
 	stage     string
 	group     string
@@ -334,7 +335,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		c.log = p.log
 		process, tick = c.process, c.tick
 		size = func() partSize { return partSize{cells: len(c.byID), pending: c.pending.live} }
-		w.commitCap = c.heldFrom
+		w.commitCap = c.commitFrom
 		release = c.drain
 		if cfg.StopWhenCaughtUp {
 			// Until caught up, the log as it stands is the whole input:
@@ -461,6 +462,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 				}
 			}
 			emit := best.committed < 0 || m.offset >= best.committed
+			m.emit = emit
 			best.in.Inc()
 			process(m, emit, out, now)
 			processed++
@@ -585,14 +587,17 @@ func (w *partWork) waitFlush() error {
 // the generation.
 func (w *partWork) startFlush(fctx context.Context, out *sink, processed int) {
 	commit := map[string]map[int]int64{}
+	var caps map[string]int64
+	if w.commitCap != nil {
+		caps = w.commitCap()
+	}
 	for _, s := range w.streams {
 		to := s.consumed
-		if w.commitCap != nil && s.topic == schemas.TopicCells {
-			// Never commit past a held cell_finished: until it is
-			// admitted, its cell is not processed (and Lag says so).
-			if held := w.commitCap(); held >= 0 && held < to {
-				to = held
-			}
+		// Never commit past a message that still waits in memory (a
+		// pending event, a held cell_finished): until it is processed,
+		// what it derives is not written (and Lag says so).
+		if held, ok := caps[s.topic]; ok && held < to {
+			to = held
 		}
 		if to > s.flushedTo && to > s.committed {
 			commit[s.topic] = map[int]int64{w.part: to}
