@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -70,16 +72,24 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func() (*exec.Cmd, *bytes.Buffer) {
+	var running *exec.Cmd
+	t.Cleanup(func() { // a failed wait leaves no trainer behind
+		if running != nil && running.ProcessState == nil {
+			_ = running.Process.Kill()
+			_ = running.Wait()
+		}
+	})
+	start := func() (*exec.Cmd, *syncBuffer) {
 		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		cmd.Stdout = &logs
+		logs := &syncBuffer{}
+		cmd.Stderr = logs
+		cmd.Stdout = logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		return cmd, &logs
+		running = cmd
+		return cmd, logs
 	}
 
 	r := rand.New(rand.NewPCG(11, 12))
@@ -96,17 +106,29 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 		produce(t, addr, batch)
 	}
 	emit(400)
-	var logs []*bytes.Buffer
+	var logs []*syncBuffer
+	defer func() {
+		if t.Failed() {
+			for i, l := range logs {
+				t.Logf("incarnation %d group events:\n%s", i, grepLines(l.String(), "generation", "restored", "join", "fetch failed", "stopped"))
+				t.Logf("incarnation %d log tail:\n%s", i, tail(l.String(), 3000))
+			}
+			t.Logf("group %s as the broker sees it: %s", cfg.Group, describeGroup(addr, cfg.Group))
+		}
+	}()
 	const kills = 4
 	for k := 0; k < kills; k++ {
+		if k > 0 {
+			// Untrained samples for this incarnation: the one before may
+			// have trained everything before it was killed.
+			emit(200)
+		}
 		cmd, lb := start()
 		logs = append(logs, lb)
-		before := len(trainedIDs(t, ch, cfg.Name))
-		// Wait until this incarnation trains something, then kill it at a
-		// random moment while more samples stream in.
-		waitFor(t, 60*time.Second, "progress before kill", func() (bool, string) {
-			n := len(trainedIDs(t, ch, cfg.Name))
-			return n > before, fmt.Sprintf("%d ids (was %d)", n, before)
+		// Wait until this incarnation trains and checkpoints, then kill it
+		// at a random moment while more samples stream in.
+		waitFor(t, 60*time.Second, "a checkpoint before the kill", func() (bool, string) {
+			return strings.Contains(lb.String(), `"message":"checkpoint written"`), fmt.Sprintf("%d ids trained so far", len(trainedIDs(t, ch, cfg.Name)))
 		})
 		emit(200)
 		time.Sleep(time.Duration(r.IntN(400)) * time.Millisecond) // random kill point, not a wait for a condition
@@ -124,13 +146,6 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 	}
 	cmd, lb := start()
 	logs = append(logs, lb)
-	defer func() {
-		if t.Failed() {
-			for i, l := range logs {
-				t.Logf("incarnation %d log tail:\n%s", i, tail(l.String(), 3000))
-			}
-		}
-	}()
 	var got []string
 	waitFor(t, 90*time.Second, "every sample trained exactly once", func() (bool, string) {
 		got = trainedIDs(t, ch, cfg.Name)
@@ -178,6 +193,60 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 	if restarts < kills-1 {
 		t.Fatalf("only %d of %d restarts restored a checkpoint", restarts, kills)
 	}
+}
+
+// syncBuffer is a bytes.Buffer a child process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// grepLines returns the lines of s that contain any of words.
+func grepLines(s string, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// describeGroup is the broker's view of a consumer group: its state and each
+// member's assigned partitions (for a failing test's log).
+func describeGroup(addr, group string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := (&kafka.Client{Addr: kafka.TCP(addr)}).DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, g := range res.Groups {
+		fmt.Fprintf(&b, "state %s, %d members", g.GroupState, len(g.Members))
+		for _, m := range g.Members {
+			fmt.Fprintf(&b, "; %s (%s)", m.MemberID, m.ClientHost)
+			for _, tp := range m.MemberAssignments.Topics {
+				fmt.Fprintf(&b, " %s%v", tp.Topic, tp.Partitions)
+			}
+		}
+	}
+	return b.String()
 }
 
 func tail(s string, n int) string {
