@@ -1,10 +1,13 @@
 package processors
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -31,6 +34,12 @@ type BenchConfig struct {
 	// CPUProfile, when set, receives a pprof CPU profile of the process
 	// phase only (not of the campaign write or the raw read). Default: nil.
 	CPUProfile io.Writer
+	// MemProfile, when set, receives a pprof heap profile taken near the
+	// process phase's peak heap (sampled every 200ms; a new profile each
+	// time the heap in use grows by a tenth). Default: nil.
+	MemProfile io.Writer
+	// FetchMaxBytes is the processor's Config.FetchMaxBytes (0: default).
+	FetchMaxBytes int
 }
 
 // BenchResult is what Bench measured. Both rates are over every message of
@@ -45,6 +54,9 @@ type BenchResult struct {
 	// Process is the time a fresh processor group took from start until both
 	// stages had committed everything (join and rebuild included).
 	Process time.Duration
+	// PeakHeap is the largest heap in use seen during the process phase
+	// (sampled every 200ms; 0 unless MemProfile is set).
+	PeakHeap uint64
 }
 
 // RawRate is the raw read rate in events/s.
@@ -139,7 +151,7 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 	// doc.go), it would only add a fixed wait at the log's end (2s by
 	// default) to a throughput measurement.
 	p, err := New(Config{Brokers: bc.Brokers, Group: fmt.Sprintf("bench-%d", stamp), StopWhenCaughtUp: true,
-		MergeIdle: benchMergeIdle}, WithLogger(bc.Log))
+		MergeIdle: benchMergeIdle, FetchMaxBytes: bc.FetchMaxBytes}, WithLogger(bc.Log))
 	if err != nil {
 		return nil, err
 	}
@@ -148,11 +160,22 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 			return nil, fmt.Errorf("cpu profile: %w", err)
 		}
 	}
+	var stopHeap func() (uint64, []byte)
+	if bc.MemProfile != nil {
+		stopHeap = peakHeapProfile(200 * time.Millisecond)
+	}
 	start = time.Now()
 	err = p.Run(ctx)
 	res.Process = time.Since(start)
 	if bc.CPUProfile != nil {
 		pprof.StopCPUProfile()
+	}
+	if stopHeap != nil {
+		peak, prof := stopHeap()
+		res.PeakHeap = peak
+		if _, werr := bc.MemProfile.Write(prof); werr != nil {
+			return nil, fmt.Errorf("heap profile: %w", werr)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -161,4 +184,47 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 		return nil, ctx.Err()
 	}
 	return res, nil
+}
+
+// peakHeapProfile samples the heap in use every period and keeps a heap
+// profile taken each time it grew by a tenth over the last one. stop ends
+// the sampling and returns the peak and the profile nearest it.
+func peakHeapProfile(period time.Duration) (stop func() (uint64, []byte)) {
+	done := make(chan struct{})
+	var (
+		peak, profiled uint64
+		prof           bytes.Buffer
+		wg             sync.WaitGroup
+	)
+	sample := func() {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if ms.HeapInuse > peak {
+			peak = ms.HeapInuse
+		}
+		if ms.HeapInuse > profiled+profiled/10 {
+			profiled = ms.HeapInuse
+			prof.Reset()
+			_ = pprof.Lookup("heap").WriteTo(&prof, 0)
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	return func() (uint64, []byte) {
+		close(done)
+		wg.Wait()
+		return peak, prof.Bytes()
+	}
 }

@@ -122,9 +122,7 @@ func (c *cells) releaseHolds(due func(*pendItem) bool, emit bool, out *sink, now
 // commits a topic only up to it. A commit past a waiting message would
 // make the next incarnation (another merge order, after a rebalance or a
 // broker restart) treat it as already emitted, and it would be lost.
-// Topics with nothing waiting are absent. Messages of one topic wait in
-// merge order, which is their offset order, so the first of each is the
-// oldest.
+// Topics with nothing waiting are absent.
 func (c *cells) commitFrom() map[string]int64 {
 	var out map[string]int64
 	note := func(m *inMsg) {
@@ -138,16 +136,15 @@ func (c *cells) commitFrom() map[string]int64 {
 	if len(c.holds) > 0 {
 		note(c.holds[0].m)
 	}
-	seen := 0
+	if c.pending.live == 0 {
+		return out
+	}
+	// Not only the first of each topic: an event released and then made to
+	// wait again (a cell_started released it, its version is unknown) is
+	// queued behind younger ones.
 	for _, p := range c.pending.queue {
-		if p == nil || p.done {
-			continue
-		}
-		if _, ok := out[p.m.topic]; !ok {
+		if p != nil && !p.done {
 			note(p.m)
-			if seen++; seen == len(CellTopics) {
-				break
-			}
 		}
 	}
 	return out

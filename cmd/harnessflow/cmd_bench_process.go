@@ -15,7 +15,7 @@ func init() { registerBench(newBenchProcessCmd) }
 
 func newBenchProcessCmd() *cobra.Command {
 	var bc processors.BenchConfig
-	var brokers, cpuprofile string
+	var brokers, cpuprofile, memprofile string
 	cmd := &cobra.Command{
 		Use:   "process",
 		Short: "Feed a generated campaign through a broker; print processor events/s beside the raw kafka-go read rate",
@@ -45,6 +45,14 @@ ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
 				defer f.Close()
 				bc.CPUProfile = f
 			}
+			if memprofile != "" {
+				f, err := os.Create(memprofile)
+				if err != nil {
+					return withCode(2, fmt.Errorf("heap profile: %w", err))
+				}
+				defer f.Close()
+				bc.MemProfile = f
+			}
 			res, err := processors.Bench(cmd.Context(), bc)
 			if err != nil {
 				return withCode(1, err)
@@ -54,6 +62,9 @@ ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
 			fmt.Fprintf(out, "raw kafka-go read:        %10.0f events/s (%v)\n", res.RawRate(), res.Raw)
 			fmt.Fprintf(out, "process, end to end:      %10.0f events/s (%v, group join and both stages included)\n", res.ProcessRate(), res.Process)
 			fmt.Fprintf(out, "ratio process/raw:        %10.2f (goal >= 0.50)\n", res.Ratio())
+			if res.PeakHeap > 0 {
+				fmt.Fprintf(out, "peak heap in use:         %10.0f MiB (heap profile: %s)\n", float64(res.PeakHeap)/(1<<20), memprofile)
+			}
 			return nil
 		},
 	}
@@ -64,5 +75,7 @@ ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
 	cmd.Flags().IntVar(&bc.Tasks, "tasks", 100, "tasks per round")
 	cmd.Flags().Int64Var(&bc.Seed, "seed", 1, "campaign seed")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the process phase to this file (go tool pprof)")
+	cmd.Flags().IntVar(&bc.FetchMaxBytes, "fetch-max-bytes", 0, "the processor's --fetch-max-bytes (0: its default)")
+	cmd.Flags().StringVar(&memprofile, "memprofile", "", "write a pprof heap profile taken near the process phase's peak heap to this file, and print the peak")
 	return cmd
 }
