@@ -47,7 +47,7 @@ type Config struct {
 	BatchSize int
 	// FetchMaxBytes caps one fetch response per topic partition. Each stream
 	// holds at most the fetch being merged and one read ahead, decoded, so
-	// this bounds the input buffers under a backlog. Default: 1 MiB.
+	// this bounds the input buffers under a backlog. Default: 256 KiB.
 	FetchMaxBytes int
 	// FetchWait is how long an empty fetch waits at the broker for data (a
 	// partition's first fetch does not wait, so an empty partition is known
@@ -127,7 +127,7 @@ func (c *Config) setDefaults() {
 		c.BatchSize = 2000
 	}
 	if c.FetchMaxBytes == 0 {
-		c.FetchMaxBytes = 1 << 20
+		c.FetchMaxBytes = 256 << 10
 	}
 	if c.FetchWait == 0 {
 		c.FetchWait = 250 * time.Millisecond

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +24,8 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // Mux returns a ServeMux with /metrics (from reg) and /healthz (200 "ok" while
-// health returns nil, 503 with the error otherwise; a nil health is always ok).
+// health returns nil, 503 with the error otherwise; a nil health is always ok),
+// and Go's /debug/pprof/ profiles when the environment has HF_PPROF=1.
 func Mux(reg *prometheus.Registry, health func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -35,6 +38,15 @@ func Mux(reg *prometheus.Registry, health func() error) *http.ServeMux {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if os.Getenv("HF_PPROF") == "1" {
+		// Go's profiles (heap, CPU, goroutines) for an operator chasing
+		// memory or CPU in production; off unless asked for.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
