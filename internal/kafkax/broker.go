@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -21,13 +22,19 @@ type BrokerConfig struct {
 	SyncWrites bool
 	// Opts are extra kfake options (tests inject faults through them).
 	Opts []kfake.Opt
+	// AssumedSessionTimeout is the session timeout the broker's session
+	// watch (sessions.go) gives a group member it has only seen in a group
+	// description, never in a JoinGroup with its member id (a consumer
+	// killed during its first join). Default: 45s.
+	AssumedSessionTimeout time.Duration
 }
 
 // Broker is an embedded single-node Kafka-protocol broker (franz-go's kfake).
 // Any Kafka client can connect to Addr.
 type Broker struct {
-	c    *kfake.Cluster
-	addr string
+	c        *kfake.Cluster
+	addr     string
+	sessions *sessions
 }
 
 // StartBroker starts the embedded broker. With a DataDir, what an earlier broker
@@ -74,7 +81,8 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start embedded broker on %s: %w", cfg.Listen, err)
 	}
-	return &Broker{c: c, addr: c.ListenAddrs()[0]}, nil
+	addr := c.ListenAddrs()[0]
+	return &Broker{c: c, addr: addr, sessions: watchSessions(c, addr, cfg.AssumedSessionTimeout)}, nil
 }
 
 // Addr is the broker's host:port.
@@ -84,4 +92,15 @@ func (b *Broker) Addr() string { return b.addr }
 func (b *Broker) Cluster() *kfake.Cluster { return b.c }
 
 // Close stops the broker, flushing its data dir. Safe to call more than once.
-func (b *Broker) Close() { b.c.Close() }
+func (b *Broker) Close() {
+	b.sessions.close()
+	b.c.Close()
+}
+
+// EvictedMembers is how many silent group members the broker's session
+// watch evicted (see sessions).
+func (b *Broker) EvictedMembers() int {
+	b.sessions.mu.Lock()
+	defer b.sessions.mu.Unlock()
+	return b.sessions.evicted
+}
