@@ -63,33 +63,17 @@ func runCI(t *testing.T, ctx context.Context, cfg Config) *Report {
 	return rep
 }
 
-// TestChaosCampaignCI runs every fault kind and asserts what holds under
-// all of them: nothing lost, nothing duplicated in any table (samples
-// included, by id), exactly the malformed events in the DLQ with their
-// reason codes, every sample trained once. Whether every sample's
-// label, effect and p-value equal the uninterrupted run's is logged, not
-// asserted here: after a processors restart or a broker restart mid-stream
-// some effects differ (a known defect, open in the tracker;
-// TestChaosSamplesEqual asserts equality under the other faults).
+// TestChaosCampaignCI runs every fault kind and asserts all of `harnessflow
+// chaos`: nothing lost, nothing duplicated in any table (samples included,
+// by id), exactly the malformed events in the DLQ with their reason codes,
+// every sample trained once, and every sample's label, effect and p-value
+// equal to an uninterrupted run's. (Until the processors' restart fixes of
+// TestRestartInAnotherMergeOrderLosesNothing, a broker restart changed
+// samples with this very seed.)
 func TestChaosCampaignCI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	rep := runCI(t, ctx, ciConfig(t, ctx))
-	if !rep.SamplesEqual {
-		t.Logf("known defect: %d of %d samples differ from the uninterrupted run after processors/broker restarts", rep.SampleMismatches, rep.Samples)
-	}
-}
-
-// TestChaosSamplesEqual runs every fault kind except the ones that restart
-// the processors' consumption (their SIGKILL, the broker restart) and
-// asserts all of `harnessflow chaos`: besides TestChaosCampaignCI's checks,
-// samples equal to the uninterrupted run's, label, effect and p-value.
-func TestChaosSamplesEqual(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	cfg := ciConfig(t, ctx)
-	cfg.Skip = []string{FaultKillProcessors, FaultBrokerRestart}
-	rep := runCI(t, ctx, cfg)
 	if !rep.SamplesEqual {
 		t.Errorf("samples equal to the reference: false (%d samples, %d differ)", rep.Samples, rep.SampleMismatches)
 	}
