@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,10 +78,10 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 			_ = running.Wait()
 		}
 	})
-	start := func() (*exec.Cmd, *syncBuffer) {
+	start := func() (*exec.Cmd, *testenv.SyncBuffer) {
 		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
-		logs := &syncBuffer{}
+		logs := &testenv.SyncBuffer{}
 		cmd.Stderr = logs
 		cmd.Stdout = logs
 		if err := cmd.Start(); err != nil {
@@ -106,7 +105,7 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 		produce(t, addr, batch)
 	}
 	emit(400)
-	var logs []*syncBuffer
+	var logs []*testenv.SyncBuffer
 	defer func() {
 		if t.Failed() {
 			for i, l := range logs {
@@ -193,24 +192,6 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 	if restarts < kills-1 {
 		t.Fatalf("only %d of %d restarts restored a checkpoint", restarts, kills)
 	}
-}
-
-// syncBuffer is a bytes.Buffer a child process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // grepLines returns the lines of s that contain any of words.

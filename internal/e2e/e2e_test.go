@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// syncBuffer collects progress lines from the bench's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRunSmall runs the whole bench at a tiny size against the real cluster
 // (embedded broker, clickhouse-server, the real process/sink/train children)
@@ -46,7 +26,7 @@ func TestRunSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	var progress syncBuffer
+	var progress testenv.SyncBuffer
 	res, err := Run(ctx, Config{Bin: bin, Dir: filepath.Join(dir, "cluster"), Keep: true, Events: 20000,
 		LatencyRate: 1000, LatencyDuration: 3 * time.Second, LatencySample: 10, PeerTimeout: 30 * time.Second,
 		PhaseTimeout: 3 * time.Minute, Progress: &progress})
