@@ -27,7 +27,7 @@ func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) 
 	fs.IntVar(&cfg.BatchSize, "batch-size", 2000, "input messages per partition between write-then-commit points")
 	fs.IntVar(&cfg.FetchMaxBytes, "fetch-max-bytes", 0, "cap of one fetch response per topic partition; with one fetch read ahead per stream it bounds the input buffers (0: the default, 256 KiB)")
 	fs.DurationVar(&cfg.FinishHold, "finish-hold", 5*time.Second, "hold each cell_finished this long (log clock, or wall clock when idle) so late updates and judgments of the cell are admitted before it (negative: off)")
-	fs.DurationVar(&cfg.MergeIdle, "merge-idle", 500*time.Millisecond, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
+	fs.DurationVar(&cfg.MergeIdle, "merge-idle", processors.DefaultMergeIdle, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
 	fs.StringVar(&cfg.Listen, "listen", "", "serve /metrics and /healthz on this address (empty: none)")
 }
 
