@@ -121,7 +121,7 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 	bc.Log.Info().Int("events", len(c.Records)).Int("attempts", res.Attempts).Msg("campaign written")
 
 	client := &kafka.Client{Addr: kafka.TCP(bc.Brokers...), Timeout: 10 * time.Second}
-	ends, err := endOffsets(ctx, client, CellTopics...)
+	ends, err := kafkax.EndOffsets(ctx, client, CellTopics...)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -26,11 +27,11 @@ func progressCount(t *testing.T, addr, group string) int64 {
 		group  string
 		topics []string
 	}{{group, CellTopics}, {PairGroup(group), []string{schemas.TopicOutcomes}}} {
-		ends, err := endOffsets(ctx, client, g.topics...)
+		ends, err := kafkax.EndOffsets(ctx, client, g.topics...)
 		if err != nil {
 			return 0
 		}
-		c, err := committed(ctx, client, g.group, ends)
+		c, err := kafkax.Committed(ctx, client, g.group, ends)
 		if err != nil {
 			return 0
 		}
@@ -175,7 +176,7 @@ func TestCrashSIGKILL(t *testing.T) {
 func progressTotal(t *testing.T, addr string) int64 {
 	t.Helper()
 	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
-	ends, err := endOffsets(context.Background(), client, CellTopics...)
+	ends, err := kafkax.EndOffsets(context.Background(), client, CellTopics...)
 	if err != nil {
 		t.Fatal(err)
 	}

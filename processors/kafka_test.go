@@ -120,7 +120,7 @@ func readTopic(t *testing.T, addr, topic string) []kafka.Message {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
-	ends, err := endOffsets(ctx, client, topic)
+	ends, err := kafkax.EndOffsets(ctx, client, topic)
 	if err != nil {
 		t.Fatal(err)
 	}

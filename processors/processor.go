@@ -133,7 +133,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	})
 	if cfg.StopWhenCaughtUp {
 		g.Go(func() error {
-			ends, err := endOffsets(gctx, p.client, CellTopics...)
+			ends, err := kafkax.EndOffsets(gctx, p.client, CellTopics...)
 			if err != nil {
 				return err
 			}
@@ -713,36 +713,6 @@ func partitions(ctx context.Context, client *kafka.Client, topics ...string) (ma
 	return out, nil
 }
 
-// endOffsets returns the end offset (high watermark) of every partition of
-// the topics.
-func endOffsets(ctx context.Context, client *kafka.Client, topics ...string) (map[string]map[int]int64, error) {
-	parts, err := partitions(ctx, client, topics...)
-	if err != nil {
-		return nil, err
-	}
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
-	for t, ps := range parts {
-		for _, id := range ps {
-			req.Topics[t] = append(req.Topics[t], kafka.LastOffsetOf(id))
-		}
-	}
-	res, err := client.ListOffsets(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("list offsets: %w", err)
-	}
-	out := map[string]map[int]int64{}
-	for t, ps := range res.Topics {
-		out[t] = map[int]int64{}
-		for _, po := range ps {
-			if po.Error != nil {
-				return nil, fmt.Errorf("list offsets %s/%d: %w", t, po.Partition, po.Error)
-			}
-			out[t][po.Partition] = po.LastOffset
-		}
-	}
-	return out, nil
-}
-
 // committedOf returns group's committed offset of partition id of each
 // topic (negative: none).
 func (p *Processor) committedOf(ctx context.Context, group string, topics []string, id int) (map[string]int64, error) {
@@ -750,7 +720,7 @@ func (p *Processor) committedOf(ctx context.Context, group string, topics []stri
 	for _, t := range topics {
 		ends[t] = map[int]int64{id: 0}
 	}
-	c, err := committed(ctx, p.client, group, ends)
+	c, err := kafkax.Committed(ctx, p.client, group, ends)
 	if err != nil {
 		return nil, err
 	}
@@ -765,67 +735,27 @@ func (p *Processor) committedOf(ctx context.Context, group string, topics []stri
 	return out, nil
 }
 
-func committed(ctx context.Context, client *kafka.Client, group string, ends map[string]map[int]int64) (map[string]map[int]int64, error) {
-	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
-	for t, ps := range ends {
-		for id := range ps {
-			req.Topics[t] = append(req.Topics[t], id)
-		}
-	}
-	res, err := client.OffsetFetch(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("offset fetch %s: %w", group, err)
-	}
-	if res.Error != nil {
-		return nil, fmt.Errorf("offset fetch %s: %w", group, res.Error)
-	}
-	out := map[string]map[int]int64{}
-	for t, ps := range res.Topics {
-		out[t] = map[int]int64{}
-		for _, po := range ps {
-			out[t][po.Partition] = po.CommittedOffset
-		}
-	}
-	return out, nil
-}
-
-func sumLag(ends, done map[string]map[int]int64) int64 {
-	var n int64
-	for t, ps := range ends {
-		for id, end := range ps {
-			c := done[t][id]
-			if c < 0 {
-				c = 0
-			}
-			if end > c {
-				n += end - c
-			}
-		}
-	}
-	return n
-}
-
 // lag is the number of messages the group's two stages have left: stage A's
 // up to rawEnds, then, once stage A has none left, stage B's up to the
 // current end of hf.outcomes (stage A commits only after its outputs are
 // acknowledged, so that end is final for everything stage A committed).
 func lag(ctx context.Context, client *kafka.Client, group string, rawEnds map[string]map[int]int64) (int64, error) {
-	a, err := committed(ctx, client, group, rawEnds)
+	a, err := kafkax.Committed(ctx, client, group, rawEnds)
 	if err != nil {
 		return 0, err
 	}
-	if n := sumLag(rawEnds, a); n > 0 {
+	if n := kafkax.Lag(rawEnds, a); n > 0 {
 		return n, nil
 	}
-	oEnds, err := endOffsets(ctx, client, schemas.TopicOutcomes)
+	oEnds, err := kafkax.EndOffsets(ctx, client, schemas.TopicOutcomes)
 	if err != nil {
 		return 0, err
 	}
-	b, err := committed(ctx, client, PairGroup(group), oEnds)
+	b, err := kafkax.Committed(ctx, client, PairGroup(group), oEnds)
 	if err != nil {
 		return 0, err
 	}
-	return sumLag(oEnds, b), nil
+	return kafkax.Lag(oEnds, b), nil
 }
 
 // Lag returns how many input messages the processors of group have not yet
@@ -835,7 +765,7 @@ func lag(ctx context.Context, client *kafka.Client, group string, rawEnds map[st
 // timeouts of pending events may still add dead letters later.
 func Lag(ctx context.Context, brokers []string, group string) (int64, error) {
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	ends, err := endOffsets(ctx, client, CellTopics...)
+	ends, err := kafkax.EndOffsets(ctx, client, CellTopics...)
 	if err != nil {
 		return 0, err
 	}

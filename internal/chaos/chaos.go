@@ -449,10 +449,10 @@ func (r *runner) lags(ctx context.Context, client *kafka.Client, out map[string]
 		return err
 	}
 	out[groupProcessors] = n
-	if out[groupSink], err = groupLag(ctx, client, groupSink, chsink.DefaultTopics()...); err != nil {
+	if out[groupSink], err = kafkax.GroupLag(ctx, client, groupSink, chsink.DefaultTopics()...); err != nil {
 		return err
 	}
-	out[groupTrainer], err = groupLag(ctx, client, groupTrainer, schemas.TopicSamples)
+	out[groupTrainer], err = kafkax.GroupLag(ctx, client, groupTrainer, schemas.TopicSamples)
 	return err
 }
 
@@ -494,7 +494,7 @@ func (r *runner) report(v *verification, lags map[string]int64, ps ProducerStats
 		rep.UnexpectedExits[c.p.Name] = c.unexpectedExits()
 	}
 	client := &kafka.Client{Addr: kafka.TCP(r.cl.Brokers()...), Timeout: 10 * time.Second}
-	if ends, err := endOffsets(context.Background(), client, schemas.RawTopics...); err == nil {
+	if ends, err := kafkax.EndOffsets(context.Background(), client, schemas.RawTopics...); err == nil {
 		for _, ps := range ends {
 			for _, e := range ps {
 				rep.RawLogMessages += e

@@ -119,7 +119,7 @@ func runReference(ctx context.Context, c *gen.Campaign, bad []malformed) (*refer
 // end offset read at the start, and hands each event with its message to fn.
 func readTopics(ctx context.Context, brokers []string, fn func(kafka.Message, schemas.Event), topics ...string) error {
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	ends, err := endOffsets(ctx, client, topics...)
+	ends, err := kafkax.EndOffsets(ctx, client, topics...)
 	if err != nil {
 		return err
 	}
@@ -146,80 +146,4 @@ func readTopics(ctx context.Context, brokers []string, fn func(kafka.Message, sc
 		}
 	}
 	return nil
-}
-
-// endOffsets returns every partition's end offset of topics.
-func endOffsets(ctx context.Context, client *kafka.Client, topics ...string) (map[string]map[int]int64, error) {
-	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
-	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
-	for _, t := range md.Topics {
-		if t.Error != nil {
-			return nil, fmt.Errorf("metadata of %s: %w", t.Name, t.Error)
-		}
-		for _, p := range t.Partitions {
-			req.Topics[t.Name] = append(req.Topics[t.Name], kafka.LastOffsetOf(p.ID))
-		}
-	}
-	res, err := client.ListOffsets(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("list offsets: %w", err)
-	}
-	out := map[string]map[int]int64{}
-	for t, ps := range res.Topics {
-		out[t] = map[int]int64{}
-		for _, p := range ps {
-			if p.Error != nil {
-				return nil, fmt.Errorf("list offsets %s/%d: %w", t, p.Partition, p.Error)
-			}
-			out[t][p.Partition] = p.LastOffset
-		}
-	}
-	return out, nil
-}
-
-// groupLag is how many messages of topics group has not committed (a
-// partition the group never committed counts whole).
-func groupLag(ctx context.Context, client *kafka.Client, group string, topics ...string) (int64, error) {
-	ends, err := endOffsets(ctx, client, topics...)
-	if err != nil {
-		return 0, err
-	}
-	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
-	for t, ps := range ends {
-		for p := range ps {
-			req.Topics[t] = append(req.Topics[t], p)
-		}
-	}
-	res, err := client.OffsetFetch(ctx, req)
-	if err != nil {
-		return 0, fmt.Errorf("offset fetch %s: %w", group, err)
-	}
-	if res.Error != nil {
-		return 0, fmt.Errorf("offset fetch %s: %w", group, res.Error)
-	}
-	committed := map[string]map[int]int64{}
-	for t, ps := range res.Topics {
-		committed[t] = map[int]int64{}
-		for _, p := range ps {
-			if p.Error == nil {
-				committed[t][p.Partition] = p.CommittedOffset
-			}
-		}
-	}
-	var lag int64
-	for t, ps := range ends {
-		for p, end := range ps {
-			c := committed[t][p]
-			if c < 0 {
-				c = 0
-			}
-			if end > c {
-				lag += end - c
-			}
-		}
-	}
-	return lag, nil
 }

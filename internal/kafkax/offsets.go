@@ -1,0 +1,102 @@
+package kafkax
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// EndOffsets returns the end offset (high watermark) of every partition of
+// the topics, by topic and partition.
+func EndOffsets(ctx context.Context, client *kafka.Client, topics ...string) (map[string]map[int]int64, error) {
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return nil, fmt.Errorf("metadata of %s: %w", t.Name, t.Error)
+		}
+		for _, p := range t.Partitions {
+			req.Topics[t.Name] = append(req.Topics[t.Name], kafka.LastOffsetOf(p.ID))
+		}
+	}
+	res, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets: %w", err)
+	}
+	out := map[string]map[int]int64{}
+	for t, ps := range res.Topics {
+		out[t] = map[int]int64{}
+		for _, p := range ps {
+			if p.Error != nil {
+				return nil, fmt.Errorf("list offsets %s/%d: %w", t, p.Partition, p.Error)
+			}
+			out[t][p.Partition] = p.LastOffset
+		}
+	}
+	return out, nil
+}
+
+// Committed returns group's committed offset of every partition in parts
+// (topic -> partition -> anything, e.g. EndOffsets' result). A partition
+// the group never committed is -1 or absent.
+func Committed(ctx context.Context, client *kafka.Client, group string, parts map[string]map[int]int64) (map[string]map[int]int64, error) {
+	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
+	for t, ps := range parts {
+		for id := range ps {
+			req.Topics[t] = append(req.Topics[t], id)
+		}
+	}
+	res, err := client.OffsetFetch(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("offset fetch %s: %w", group, err)
+	}
+	if res.Error != nil {
+		return nil, fmt.Errorf("offset fetch %s: %w", group, res.Error)
+	}
+	out := map[string]map[int]int64{}
+	for t, ps := range res.Topics {
+		out[t] = map[int]int64{}
+		for _, p := range ps {
+			if p.Error == nil {
+				out[t][p.Partition] = p.CommittedOffset
+			}
+		}
+	}
+	return out, nil
+}
+
+// Lag sums, over every partition of ends, the messages up to its end offset
+// that committed does not cover (a partition never committed counts whole).
+func Lag(ends, committed map[string]map[int]int64) int64 {
+	var n int64
+	for t, ps := range ends {
+		for id, end := range ps {
+			c := committed[t][id]
+			if c < 0 {
+				c = 0
+			}
+			if end > c {
+				n += end - c
+			}
+		}
+	}
+	return n
+}
+
+// GroupLag is how many messages of topics, up to their current ends, group
+// has not committed.
+func GroupLag(ctx context.Context, client *kafka.Client, group string, topics ...string) (int64, error) {
+	ends, err := EndOffsets(ctx, client, topics...)
+	if err != nil {
+		return 0, err
+	}
+	c, err := Committed(ctx, client, group, ends)
+	if err != nil {
+		return 0, err
+	}
+	return Lag(ends, c), nil
+}
