@@ -83,6 +83,8 @@ type Trainer struct {
 	mu           sync.Mutex
 	models       []*Model
 	modelVersion string
+	// snap is the checkpoint loop's reusable copy of the models' state.
+	snap []ModelState
 
 	// Owned by the training loop.
 	store        *CheckpointStore
@@ -625,10 +627,16 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 		ck.Offsets[p] = o
 	}
 	t.mu.Lock()
-	for _, m := range t.models {
-		ck.Models = append(ck.Models, m.State())
+	if len(t.snap) != len(t.models) {
+		t.snap = make([]ModelState, len(t.models))
+	}
+	for i, m := range t.models {
+		m.StateInto(&t.snap[i])
 	}
 	t.mu.Unlock()
+	// The snapshot is reused by the next checkpoint: Save writes it out
+	// before this function returns, and nothing keeps ck.
+	ck.Models = t.snap
 	path, err := t.store.Save(ck)
 	if err != nil {
 		return err
