@@ -419,35 +419,15 @@ type ModelState struct {
 
 // State downloads the model's full training state.
 func (m *Model) State() ModelState {
-	var st ModelState
-	m.StateInto(&st)
-	return st
-}
-
-// StateInto fills st with a copy of the model's state like State, reusing
-// st's tensors when their sizes match: a trainer that checkpoints keeps one
-// snapshot of its models instead of allocating a model-sized copy per
-// checkpoint (the old copy is garbage only once the GC runs, so the peak
-// held two or three).
-func (m *Model) StateInto(st *ModelState) {
-	st.Config, st.Step = m.cfg, m.step
-	if len(st.Params) != len(m.params) {
-		st.Params = make([]ParamState, len(m.params))
-	}
-	fit := func(b []float32, n int) []float32 {
-		if len(b) == n {
-			return b
-		}
-		return make([]float32, n)
-	}
-	for i, p := range m.params {
-		ps := &st.Params[i]
-		ps.Name = p.name
-		ps.P, ps.M, ps.V = fit(ps.P, p.n), fit(ps.M, p.n), fit(ps.V, p.n)
+	st := ModelState{Config: m.cfg, Step: m.step}
+	for _, p := range m.params {
+		ps := ParamState{Name: p.name, P: make([]float32, p.n), M: make([]float32, p.n), V: make([]float32, p.n)}
 		m.be.Download(ps.P, p.p)
 		m.be.Download(ps.M, p.m)
 		m.be.Download(ps.V, p.v)
+		st.Params = append(st.Params, ps)
 	}
+	return st
 }
 
 // Restore uploads st into the model. The shapes must match the model's.

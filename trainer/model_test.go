@@ -176,36 +176,3 @@ func TestModelDeterministicAndStateRoundTrip(t *testing.T) {
 		t.Fatal("restoring into a different shape must fail")
 	}
 }
-
-// TestStateIntoReusesTheSnapshot: a checkpoint snapshot taken into the same
-// ModelState twice uses the same tensors the second time and holds the
-// model's current weights, equal to a fresh State.
-func TestStateIntoReusesTheSnapshot(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	data := synth(r, 64)
-	m, err := NewModel(backend.NewCPU(), tinyConfig(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st ModelState
-	m.StateInto(&st)
-	first := &st.Params[0].P[0]
-	if _, err := m.TrainStep(data[:32]); err != nil {
-		t.Fatal(err)
-	}
-	m.StateInto(&st)
-	if &st.Params[0].P[0] != first {
-		t.Fatal("the second snapshot allocated new tensors")
-	}
-	fresh := m.State()
-	if st.Step != fresh.Step || st.Step == 0 {
-		t.Fatalf("snapshot step %d, model step %d", st.Step, fresh.Step)
-	}
-	for i := range fresh.Params {
-		for j, v := range fresh.Params[i].P {
-			if st.Params[i].P[j] != v || st.Params[i].M[j] != fresh.Params[i].M[j] || st.Params[i].V[j] != fresh.Params[i].V[j] {
-				t.Fatalf("snapshot differs from the model at %s[%d]", fresh.Params[i].Name, j)
-			}
-		}
-	}
-}

@@ -83,8 +83,6 @@ type Trainer struct {
 	mu           sync.Mutex
 	models       []*Model
 	modelVersion string
-	// snap is the checkpoint loop's reusable copy of the models' state.
-	snap []ModelState
 
 	// Owned by the training loop.
 	store        *CheckpointStore
@@ -627,16 +625,10 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 		ck.Offsets[p] = o
 	}
 	t.mu.Lock()
-	if len(t.snap) != len(t.models) {
-		t.snap = make([]ModelState, len(t.models))
-	}
-	for i, m := range t.models {
-		m.StateInto(&t.snap[i])
+	for _, m := range t.models {
+		ck.Models = append(ck.Models, m.State())
 	}
 	t.mu.Unlock()
-	// The snapshot is reused by the next checkpoint: Save writes it out
-	// before this function returns, and nothing keeps ck.
-	ck.Models = t.snap
 	path, err := t.store.Save(ck)
 	if err != nil {
 		return err
