@@ -48,6 +48,13 @@ type Checkpoint struct {
 	// Models are the ensemble members' states (weights travel after the
 	// gob-encoded header of the file, not through gob).
 	Models []ModelState
+
+	// tensor, when set, supplies tensor which (0: P, 1: M, 2: V) of
+	// parameter param of model model as Save writes it, in place of
+	// Models' data (which is then absent: names, configs and steps only).
+	// The trainer streams its live models through it, one tensor at a time,
+	// instead of copying every tensor first.
+	tensor func(model, param, which int) []float32
 }
 
 // File layout: magic (8 bytes) | format version (u32) | payload length (u64) |
@@ -299,9 +306,12 @@ func encodePayload(w io.Writer, ck *Checkpoint) (int64, error) {
 		return 0, err
 	}
 	buf := make([]byte, 0, 1<<16)
-	for _, m := range ck.Models {
-		for _, p := range m.Params {
-			for _, t := range [][]float32{p.P, p.M, p.V} {
+	for i, m := range ck.Models {
+		for j, p := range m.Params {
+			for k, t := range [][]float32{p.P, p.M, p.V} {
+				if ck.tensor != nil {
+					t = ck.tensor(i, j, k)
+				}
 				buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(len(t)))
 				for _, v := range t {
 					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))

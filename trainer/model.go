@@ -430,6 +430,28 @@ func (m *Model) State() ModelState {
 	return st
 }
 
+// Shape is State without the tensors' data: the config, the step and the
+// parameter names (for a checkpoint that streams the tensors).
+func (m *Model) Shape() ModelState {
+	st := ModelState{Config: m.cfg, Step: m.step}
+	for _, p := range m.params {
+		st.Params = append(st.Params, ParamState{Name: p.name})
+	}
+	return st
+}
+
+// Tensor downloads tensor which (0: P, 1: M, 2: V) of parameter param into
+// *buf (grown when too small) and returns it.
+func (m *Model) Tensor(param, which int, buf *[]float32) []float32 {
+	p := m.params[param]
+	if cap(*buf) < p.n {
+		*buf = make([]float32, p.n)
+	}
+	dst := (*buf)[:p.n]
+	m.be.Download(dst, [3]backend.Buffer{p.p, p.m, p.v}[which])
+	return dst
+}
+
 // Restore uploads st into the model. The shapes must match the model's.
 func (m *Model) Restore(st ModelState) error {
 	if len(st.Params) != len(m.params) {

@@ -624,11 +624,22 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	for p, o := range t.offsets {
 		ck.Offsets[p] = o
 	}
+	// The tensors stream from the models into the file, one at a time
+	// through one buffer: a full copy of every tensor (weights and both
+	// AdamW moments) per checkpoint was most of the trainer's peak memory.
+	// Only this goroutine trains, so the models do not change meanwhile;
+	// the lock is for /v1/score's use of the backend.
 	t.mu.Lock()
 	for _, m := range t.models {
-		ck.Models = append(ck.Models, m.State())
+		ck.Models = append(ck.Models, m.Shape())
 	}
 	t.mu.Unlock()
+	var buf []float32
+	ck.tensor = func(model, param, which int) []float32 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.models[model].Tensor(param, which, &buf)
+	}
 	path, err := t.store.Save(ck)
 	if err != nil {
 		return err
