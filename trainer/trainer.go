@@ -176,20 +176,29 @@ type sampleMsg struct {
 // for a fatal fault (no broker or ClickHouse at start, a device error, a
 // checkpoint that cannot be written).
 func (t *Trainer) Run(ctx context.Context) error {
-	if err := kafkax.WaitReachable(ctx, t.cfg.Brokers, 30*time.Second); err != nil {
+	// A stop asked for while starting (a SIGTERM while ClickHouse or the
+	// broker is not reachable yet) is a clean stop: nothing was trained.
+	startErr := func(err error) error {
+		if ctx.Err() != nil {
+			t.log.Info().Err(err).Msg("stopped during start-up")
+			return nil
+		}
 		return err
+	}
+	if err := kafkax.WaitReachable(ctx, t.cfg.Brokers, 30*time.Second); err != nil {
+		return startErr(err)
 	}
 	if err := kafkax.EnsureAllTopics(ctx, t.cfg.Brokers); err != nil {
-		return err
+		return startErr(err)
 	}
 	if err := t.openClickHouse(ctx); err != nil {
-		return err
+		return startErr(err)
 	}
 	defer t.ch.Close()
 	t.writer = kafkax.NewWriter(kafkax.WriterConfig{Brokers: t.cfg.Brokers, Topic: schemas.TopicCheckpoints, BatchSize: 1})
 	defer t.writer.Close()
 	if err := t.restore(ctx); err != nil {
-		return err
+		return startErr(err)
 	}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                t.cfg.Group,

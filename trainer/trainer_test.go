@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -438,5 +439,36 @@ func TestCheckpointCorruptionFallsBack(t *testing.T) {
 	os.Remove(newest)
 	if _, _, err := store.LoadLatest(); err != ErrNoCheckpoint {
 		t.Fatalf("empty dir: %v", err)
+	}
+}
+
+// TestStopDuringStartupIsClean: a trainer asked to stop while it still waits
+// for ClickHouse (a SIGTERM during a ClickHouse restart) returns nil, so the
+// process exits 0; it used to exit 1 with "ping: context canceled".
+func TestStopDuringStartupIsClean(t *testing.T) {
+	addr := broker(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there: the ping retries until the stop
+	tr, err := New(Config{Brokers: []string{addr}, ClickHouse: dead, Database: "t_stop", Name: "stop", Group: "stop",
+		CheckpointDir: t.TempDir(), Device: "cpu", Listen: "off", Model: smallModel()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after a stop during start-up: %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the stop")
 	}
 }

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +65,11 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 	}
 	if err := c.Close(); err != nil {
+		for _, p := range c.Children() {
+			if b, rerr := os.ReadFile(p.LogPath); rerr == nil {
+				t.Logf("%s log tail:\n%s", p.Name, tailLines(string(b), 15))
+			}
+		}
 		t.Fatalf("a child did not stop cleanly: %v", err)
 	}
 }
@@ -85,4 +92,13 @@ func firstPartitionWith(t *testing.T, ctx context.Context, c *Cluster) int {
 	}
 	t.Fatal("no partition of hf.dlq holds the message")
 	return 0
+}
+
+// tailLines returns the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
