@@ -447,13 +447,29 @@ func TestCheckpointCorruptionFallsBack(t *testing.T) {
 // process exits 0; it used to exit 1 with "ping: context canceled".
 func TestStopDuringStartupIsClean(t *testing.T) {
 	addr := broker(t)
+	// A "ClickHouse" that accepts and hangs up at once: the trainer's ping
+	// fails and retries until the stop. Its first connection says the
+	// trainer has reached that point of its start-up.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := ln.Addr().String()
-	ln.Close() // nothing listens there: the ping retries until the stop
-	tr, err := New(Config{Brokers: []string{addr}, ClickHouse: dead, Database: "t_stop", Name: "stop", Group: "stop",
+	defer ln.Close()
+	dialed := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			select {
+			case dialed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	tr, err := New(Config{Brokers: []string{addr}, ClickHouse: ln.Addr().String(), Database: "t_stop", Name: "stop", Group: "stop",
 		CheckpointDir: t.TempDir(), Device: "cpu", Listen: "off", Model: smallModel()})
 	if err != nil {
 		t.Fatal(err)
@@ -461,7 +477,13 @@ func TestStopDuringStartupIsClean(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx) }()
-	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-dialed:
+	case err := <-done:
+		t.Fatalf("Run returned before reaching ClickHouse: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the trainer never dialed ClickHouse")
+	}
 	cancel()
 	select {
 	case err := <-done:

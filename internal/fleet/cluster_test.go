@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -55,7 +56,11 @@ func TestClusterLifecycle(t *testing.T) {
 	if err := c.Conn().QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = '"+c.Database()+"'").Scan(&n); err != nil || n == 0 {
 		t.Fatalf("tables after ClickHouse restart: %d, %v", n, err)
 	}
-	time.Sleep(2 * time.Second)
+	// The sink and the trainer serve /healthz once they run against the
+	// restarted broker and ClickHouse (the trainer only after its start-up).
+	for _, p := range []*Proc{c.Sink, c.Trainer} {
+		waitHealthy(t, ctx, p)
+	}
 	for _, p := range c.Children() {
 		if !p.Running() {
 			t.Fatalf("%s exited: %v (log %s)", p.Name, p.ExitErr(), p.LogPath)
@@ -101,4 +106,38 @@ func tailLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// waitHealthy polls the /healthz of p's --listen address until it answers
+// 200, for at most a minute.
+func waitHealthy(t *testing.T, ctx context.Context, p *Proc) {
+	t.Helper()
+	var addr string
+	for i, a := range p.Args {
+		if a == "--listen" && i+1 < len(p.Args) {
+			addr = p.Args[i+1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("%s has no --listen address", p.Name)
+	}
+	deadline := time.Now().Add(time.Minute)
+	last := ""
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: /healthz not ok after a minute (last: %s; log %s)", p.Name, last, p.LogPath)
+		}
+		time.Sleep(100 * time.Millisecond) // poll period
+	}
 }
