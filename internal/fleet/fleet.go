@@ -219,11 +219,23 @@ func (p *Proc) PeakRSSMB() float64 {
 	return float64(p.peakKB) / 1024
 }
 
-// ResetPeak forgets the recorded peak (between measurement phases).
-func (p *Proc) ResetPeak() {
+// ResetPeak starts a new peak measurement (between measurement phases): it
+// forgets the recorded peak and resets the running child's VmHWM to its
+// current RSS (writing 5 to /proc/PID/clear_refs, Linux 4.0+). It fails when
+// the kernel refuses; the recorded peak is forgotten either way, so a
+// caller that goes on reads the peak since the child started.
+func (p *Proc) ResetPeak() error {
 	p.mu.Lock()
 	p.peakKB = 0
 	p.mu.Unlock()
+	pid := p.Pid()
+	if pid == 0 {
+		return nil
+	}
+	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0); err != nil {
+		return fmt.Errorf("reset the peak RSS of %s: %w", p.Name, err)
+	}
+	return nil
 }
 
 // Starts and Kills count the lives started and the SIGKILLs sent.

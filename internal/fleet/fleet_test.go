@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,48 @@ func TestPeakRSSKBSelf(t *testing.T) {
 	if kb < 1024 {
 		t.Fatalf("own VmHWM %d kB, implausibly small", kb)
 	}
+}
+
+// TestResetPeakStartsANewMeasurement runs a child that touches 256 MiB,
+// returns it to the kernel and idles: its peak is over 256 MiB, and after
+// ResetPeak the peak is what it holds now.
+func TestResetPeakStartsANewMeasurement(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "child.log")
+	p := &Proc{Name: "alloc", Bin: os.Args[0], Args: []string{"-test.run=^TestHelperAllocThenFree$"},
+		Env: []string{"FLEET_HELPER=alloc"}, LogPath: log}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	waitLog(t, log, 1)
+	before := p.PeakRSSMB()
+	if before < 256 {
+		t.Fatalf("peak RSS %.0f MiB after touching 256 MiB", before)
+	}
+	if err := p.ResetPeak(); err != nil {
+		t.Fatal(err)
+	}
+	// The 256 MiB returned to the kernel is no longer in the peak (the
+	// child's other memory, larger under -race, is).
+	if after := p.PeakRSSMB(); after > before-128 {
+		t.Fatalf("peak RSS after ResetPeak %.0f MiB, before %.0f MiB: not reset", after, before)
+	}
+}
+
+// TestHelperAllocThenFree is the child of TestResetPeakStartsANewMeasurement;
+// it does nothing unless FLEET_HELPER=alloc.
+func TestHelperAllocThenFree(t *testing.T) {
+	if os.Getenv("FLEET_HELPER") != "alloc" {
+		return
+	}
+	b := make([]byte, 256<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	b = nil
+	debug.FreeOSMemory()
+	fmt.Println("up")
+	time.Sleep(time.Minute)
 }
 
 // waitLog waits until the child log holds n lives' "up" lines.
