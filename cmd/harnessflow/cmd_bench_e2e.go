@@ -26,14 +26,18 @@ func newBenchE2ECmd() *cobra.Command {
 process, sink and train components (child processes of this binary), then, in one
 run:
 
-  rss 1x      --events/10 generated events; the children's peak RSS after them;
+  rss 1x/10x  --events/10 generated events, then 10x as many, as campaigns of
+              --events/40 paced at --rss-rate events/s (the same load, 10x
+              the stream length); the children's peak RSS after each;
   latency     a campaign paced at --latency-rate events/s for --latency-duration;
               produce -> row visible in task_attempts for one attempt in
               --latency-sample, ClickHouse polled every --poll (the resolution);
   throughput  --events generated events (10 chunks of the 1x width) through the
               Go SDK: produce events/s, and end to end events/s = events / (first
               produce until every raw row, labeled sample and round metric is
-              visible, deduplicated); peak RSS again (10x);
+              visible, deduplicated); the peak RSS over the latency and
+              throughput phases (backlog: the processors hold what their
+              log-time windows cover at the producer's rate);
   ceilings    a plain kafka-go group reader over the raw cell topics, and
               clickhouse-client inserting the same rows from TSV, same run;
   storm       the throughput load with --malformed-pct malformed messages mixed
@@ -80,7 +84,8 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Events, "events", 2000000, "events of the throughput run and of the storm (the 1x RSS run is a tenth)")
+	f.IntVar(&cfg.Events, "events", 2000000, "events of the throughput run, of the storm and of the 10x RSS run (the 1x RSS run is a tenth)")
+	f.IntVar(&cfg.RSSRate, "rss-rate", 25000, "paced load of the 1x and 10x RSS runs, events/s")
 	f.IntVar(&cfg.LatencyRate, "latency-rate", 10000, "offered load of the latency phase, events/s")
 	f.DurationVar(&cfg.LatencyDuration, "latency-duration", 30e9, "how long the latency phase produces")
 	f.IntVar(&cfg.LatencySample, "latency-sample", 50, "time one task attempt in this many")
@@ -110,9 +115,13 @@ func printE2E(w io.Writer, r *e2e.Result) {
 		r.E2EEventsPerS, r.Throughput.ProcessedS, r.Throughput.RawVisibleS, r.Throughput.VisibleS)
 	row("latency p50 / p95 / p99 / max", "%.0f / %.0f / %.0f / %.0f ms  (%d samples at %.0f events/s, poll %.0f ms)",
 		r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Latency.Samples, r.Latency.AchievedPerS, r.Latency.MeanPollMS)
-	row("peak RSS process 1x / 10x", "%.0f / %.0f MiB", r.RSSMB.Process1x, r.RSSMB.Process10x)
-	row("peak RSS sink 1x / 10x", "%.0f / %.0f MiB", r.RSSMB.Sink1x, r.RSSMB.Sink10x)
-	row("peak RSS train 1x / 10x", "%.0f / %.0f MiB", r.RSSMB.Train1x, r.RSSMB.Train10x)
+	paced := fmt.Sprintf("(%d / %d events at %.0f events/s)", r.RSSMB.Events1x, r.RSSMB.Events10x, r.RSSMB.RatePerS)
+	row("peak RSS process 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB  %s", r.RSSMB.Process1x, r.RSSMB.Process10x, r.RSSMB.ProcessBacklog, paced)
+	row("peak RSS sink 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB", r.RSSMB.Sink1x, r.RSSMB.Sink10x, r.RSSMB.SinkBacklog)
+	row("peak RSS train 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB", r.RSSMB.Train1x, r.RSSMB.Train10x, r.RSSMB.TrainBacklog)
+	if r.RSSMB.BacklogNote != "" {
+		row("peak RSS backlog", "%s", r.RSSMB.BacklogNote)
+	}
 	row("ceiling kafka-go read", "%10.0f events/s", r.Ceilings.KafkaReadEventsPerS)
 	row("ceiling clickhouse-client insert", "%10.0f rows/s", r.Ceilings.ClickHouseClientRowsPerS)
 	for _, k := range []string{"produce_vs_kafka_go_read", "process_vs_kafka_go_read", "sink_vs_clickhouse_client", "e2e_vs_kafka_go_read", "e2e_vs_clickhouse_client", "sink_vs_kafka_engine_peer"} {

@@ -3,15 +3,17 @@
 // `process`, `sink` and `train` components as child processes), measured in
 // one run against ceilings measured side by side:
 //
-//   - rss 1x:     one chunk of generated events (Events/10) through fresh
-//     children; their peak RSS afterwards;
+//   - rss 1x/10x: Events/10 generated events, then 10x as many, as
+//     campaigns of Events/40 paced at RSSRate events/s, through fresh
+//     children; their peak RSS after each (the same load, 10x the stream
+//     length);
 //   - latency:    a paced campaign at LatencyRate events/s; produce -> visible
 //     in ClickHouse for a sample of task attempts, polled every PollEvery;
 //   - throughput: Events generated events in 10 sequential chunks of the 1x
 //     size (the same width, 10x the stream length), produced through the Go
 //     SDK; end to end = events / (first Emit until every raw row, labeled
-//     sample and round metric is visible); the children's peak RSS after
-//     it is the 10x figure;
+//     sample and round metric is visible); the children's peak RSS over
+//     the latency and throughput phases is the backlog figure;
 //   - ceilings:   a plain kafka-go group reader over the raw cell topics, and
 //     clickhouse-client inserting the same rows from TSV into twin tables;
 //   - storm:      the throughput load again with MalformedPct malformed
@@ -66,6 +68,8 @@ type Config struct {
 	SkipPeer bool
 	// PeerTimeout bounds the peer phase. Default: 60s.
 	PeerTimeout time.Duration
+	// RSSRate paces the 1x and 10x RSS phases, in events/s. Default: 25000.
+	RSSRate int
 	// RSSTolerance is how much the 10x peak RSS may exceed the 1x peak, as
 	// a fraction, for the "flat" goal. Default: 0.5.
 	RSSTolerance float64
@@ -107,6 +111,9 @@ func (c *Config) setDefaults() {
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = 60 * time.Second
 	}
+	if c.RSSRate == 0 {
+		c.RSSRate = 25000
+	}
 	if c.RSSTolerance == 0 {
 		c.RSSTolerance = 0.5
 	}
@@ -141,6 +148,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MalformedPct > 50 {
 		errs = append(errs, fmt.Errorf("malformed pct %g: at most 50", c.MalformedPct))
+	}
+	if c.RSSRate < 100 {
+		errs = append(errs, fmt.Errorf("rss rate %d: need at least 100 events/s", c.RSSRate))
 	}
 	if c.RSSTolerance < 0 {
 		errs = append(errs, fmt.Errorf("rss tolerance %g: must not be negative", c.RSSTolerance))
@@ -186,6 +196,8 @@ type Phase struct {
 	ProcessedS  float64 `json:"processed_s"`
 	RawVisibleS float64 `json:"raw_visible_s"`
 	VisibleS    float64 `json:"visible_s"`
+	// PacedPerS is the paced emit rate, 0 when unpaced.
+	PacedPerS float64 `json:"paced_events_per_s,omitempty"`
 	// PollMS is the period at which visibility was polled.
 	PollMS   float64 `json:"poll_ms"`
 	Expected Counts  `json:"expected_rows"`
@@ -210,7 +222,11 @@ type Latency struct {
 	What       string  `json:"what"`
 }
 
-// RSS is the children's peak resident memory in MiB.
+// RSS is the children's peak resident memory in MiB. The 1x and 10x
+// figures come from the same paced load (RatePerS), 10x the events; the
+// backlog figures from the unpaced phases after them (latency and
+// throughput), where the processors hold what the log-time windows cover
+// at the producer's rate (see bench/README.md).
 type RSS struct {
 	Process1x  float64 `json:"process_1x"`
 	Process10x float64 `json:"process_10x"`
@@ -220,7 +236,13 @@ type RSS struct {
 	Train10x   float64 `json:"train_10x"`
 	Events1x   int     `json:"events_1x"`
 	Events10x  int     `json:"events_10x"`
+	RatePerS   float64 `json:"rate_per_s"`
 	Tolerance  float64 `json:"tolerance"`
+
+	ProcessBacklog float64 `json:"process_backlog"`
+	SinkBacklog    float64 `json:"sink_backlog"`
+	TrainBacklog   float64 `json:"train_backlog"`
+	BacklogNote    string  `json:"backlog_note,omitempty"`
 }
 
 // Ceilings are measured in the same run, on the same broker and server.
@@ -347,16 +369,36 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	chunk := cfg.Events / 10
 	plan := planFor(chunk)
 
-	// 1x: one chunk through fresh children.
-	b.pr("rss 1x: %d events (one chunk: %d agents x %d cells x %d rounds x %d tasks)", plan.events, plan.cfg.Agents,
-		plan.cfg.Evolvers+1, plan.cfg.Rounds, plan.cfg.TasksPerRound)
-	one, err := b.phase(ctx, "x1", plan, 1, nil)
+	// RSS at 1x and 10x: the same paced load of campaigns a quarter of the
+	// 1x size, 4 of them and then 40, through fresh children. The pace keeps
+	// the log-time windows of state (live cells, held finishes) the same in
+	// both, so the stream length is the one difference.
+	rp := planFor(chunk / 4)
+	b.pr("rss 1x: %d events in 4 campaigns of %d (%d agents x %d cells x %d rounds x %d tasks), paced at %d events/s",
+		4*rp.events, rp.events, rp.cfg.Agents, rp.cfg.Evolvers+1, rp.cfg.Rounds, rp.cfg.TasksPerRound, cfg.RSSRate)
+	one, err := b.phase(ctx, "x1", rp, 4, nil, cfg.RSSRate)
 	if err != nil {
 		return fmt.Errorf("1x phase: %w", err)
 	}
+	res.RSSMB.RatePerS = float64(cfg.RSSRate)
 	res.RSSMB.Events1x = one.Events
 	res.RSSMB.Process1x, res.RSSMB.Sink1x, res.RSSMB.Train1x = b.cl.Processors.PeakRSSMB(), b.cl.Sink.PeakRSSMB(), b.cl.Trainer.PeakRSSMB()
 	b.pr("rss 1x: process %.0f MiB, sink %.0f MiB, train %.0f MiB", res.RSSMB.Process1x, res.RSSMB.Sink1x, res.RSSMB.Train1x)
+	b.pr("rss 10x: %d events in 40 campaigns of %d, paced at %d events/s", 40*rp.events, rp.events, cfg.RSSRate)
+	ten, err := b.phase(ctx, "x10", rp, 40, nil, cfg.RSSRate)
+	if err != nil {
+		return fmt.Errorf("10x phase: %w", err)
+	}
+	res.RSSMB.Events10x = ten.Events
+	res.RSSMB.Process10x, res.RSSMB.Sink10x, res.RSSMB.Train10x = b.cl.Processors.PeakRSSMB(), b.cl.Sink.PeakRSSMB(), b.cl.Trainer.PeakRSSMB()
+	b.pr("rss 10x: process %.0f MiB, sink %.0f MiB, train %.0f MiB", res.RSSMB.Process10x, res.RSSMB.Sink10x, res.RSSMB.Train10x)
+	res.RSSMB.Tolerance = cfg.RSSTolerance
+	// The unpaced phases' peaks are measured apart.
+	for _, p := range b.cl.Children() {
+		if err := p.ResetPeak(); err != nil {
+			res.RSSMB.BacklogNote = "peak since the children started (the kernel refused to reset VmHWM: " + err.Error() + ")"
+		}
+	}
 
 	// Latency at a fixed offered load.
 	lat, err := b.latency(ctx)
@@ -367,7 +409,7 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 
 	// Throughput: 10 chunks of the 1x width.
 	b.pr("throughput: %d events in 10 chunks of %d, through the Go SDK", 10*plan.events, plan.events)
-	th, tpErr := b.phase(ctx, "tp", plan, 10, nil)
+	th, tpErr := b.phase(ctx, "tp", plan, 10, nil, 0)
 	if th == nil {
 		return fmt.Errorf("throughput phase: %w", tpErr)
 	}
@@ -382,12 +424,11 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	res.Events = th.Events
 	res.ProduceEventsPerS = div(float64(th.Events), th.ProduceS)
 	res.E2EEventsPerS = div(float64(th.Events), th.VisibleS)
-	res.RSSMB.Events10x = one.Events + th.Events
-	res.RSSMB.Process10x, res.RSSMB.Sink10x, res.RSSMB.Train10x = b.cl.Processors.PeakRSSMB(), b.cl.Sink.PeakRSSMB(), b.cl.Trainer.PeakRSSMB()
-	res.RSSMB.Tolerance = cfg.RSSTolerance
+	res.RSSMB.ProcessBacklog, res.RSSMB.SinkBacklog, res.RSSMB.TrainBacklog = b.cl.Processors.PeakRSSMB(), b.cl.Sink.PeakRSSMB(), b.cl.Trainer.PeakRSSMB()
 	b.pr("throughput: produce %.0f events/s, end to end %.0f events/s (%d events, visible after %.1fs)",
 		res.ProduceEventsPerS, res.E2EEventsPerS, th.Events, th.VisibleS)
-	b.pr("rss 10x: process %.0f MiB, sink %.0f MiB, train %.0f MiB", res.RSSMB.Process10x, res.RSSMB.Sink10x, res.RSSMB.Train10x)
+	b.pr("rss backlog (latency and throughput phases): process %.0f MiB, sink %.0f MiB, train %.0f MiB",
+		res.RSSMB.ProcessBacklog, res.RSSMB.SinkBacklog, res.RSSMB.TrainBacklog)
 
 	// Ceilings, same broker, same server, same rows.
 	ceil, err := b.ceilings(ctx, plan, th.Events)

@@ -62,10 +62,16 @@ func TestRunSmall(t *testing.T) {
 	// RSS.
 	r := res.RSSMB
 	for name, v := range map[string]float64{"process_1x": r.Process1x, "process_10x": r.Process10x, "sink_1x": r.Sink1x,
-		"sink_10x": r.Sink10x, "train_1x": r.Train1x, "train_10x": r.Train10x} {
+		"sink_10x": r.Sink10x, "train_1x": r.Train1x, "train_10x": r.Train10x,
+		"process_backlog": r.ProcessBacklog, "sink_backlog": r.SinkBacklog, "train_backlog": r.TrainBacklog} {
 		if v <= 1 {
 			t.Errorf("rss %s = %.1f MiB", name, v)
 		}
+	}
+	// Campaigns of other seeds differ a little in size.
+	if r.RatePerS != 25000 || r.Events1x == 0 || r.Events10x < 9*r.Events1x || r.Events10x > 11*r.Events1x || r.BacklogNote != "" {
+		t.Errorf("rss runs: %d and %d events at %.0f/s (want about 10x the events at the default 25000/s), note %q",
+			r.Events1x, r.Events10x, r.RatePerS, r.BacklogNote)
 	}
 	// Ceilings and ratios.
 	if res.Ceilings.KafkaReadEventsPerS <= 0 || res.Ceilings.ClickHouseClientRowsPerS <= 0 || res.Ceilings.ClickHouseClientRows != res.Events {

@@ -111,8 +111,10 @@ func expected(c *gen.Campaign) Counts {
 
 // phase produces chunks generated campaigns of p through the Go SDK, one
 // after the other, and waits until ClickHouse holds every row. inject, when
-// set, is called after each emitted event (the storm).
-func (b *bench) phase(ctx context.Context, name string, p plan, chunks int, inj *injector) (*Phase, error) {
+// set, is called after each emitted event (the storm). rate > 0 paces the
+// emits at rate events/s over the whole phase; 0 emits as fast as the SDK
+// takes them.
+func (b *bench) phase(ctx context.Context, name string, p plan, chunks int, inj *injector, rate int) (*Phase, error) {
 	type genned struct {
 		c    *gen.Campaign
 		want Counts
@@ -136,14 +138,21 @@ func (b *bench) phase(ctx context.Context, name string, p plan, chunks int, inj 
 		return nil, err
 	}
 	defer prod.Close(context.Background())
-	ph := &Phase{Chunks: chunks}
+	ph := &Phase{Chunks: chunks, PacedPerS: float64(rate)}
 	var t0 time.Time
-	k := 0
+	k, n := 0, 0
 	for g := range gch {
 		if t0.IsZero() {
 			t0 = time.Now()
 		}
 		for _, r := range g.c.Records {
+			if rate > 0 {
+				due := t0.Add(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
+				if d := time.Until(due); d > 0 {
+					time.Sleep(d)
+				}
+				n++
+			}
 			// event_time is stamped by the SDK at emit, as a live agent's would be:
 			// the generator's synthetic times (1 ms apart from the chunk's start)
 			// run ahead of the emit rate, so chunks emitted back to back would

@@ -104,7 +104,7 @@ func (b *bench) storm(ctx context.Context, p plan, clean float64) (*Storm, error
 	cfg := b.cfg
 	b.pr("storm: %d events in 10 chunks with %.2g %% malformed messages mixed in", 10*p.events, cfg.MalformedPct)
 	in := newInjector(b.cl.Brokers(), b.prefix("st"), cfg.MalformedPct)
-	ph, err := b.phase(ctx, "st", p, 10, in)
+	ph, err := b.phase(ctx, "st", p, 10, in, 0)
 	if ph == nil {
 		return nil, err
 	}
