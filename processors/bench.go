@@ -8,13 +8,16 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
 	"github.com/harnessflow/harnessflow/internal/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // benchMergeIdle is the MergeIdle of Bench's processor.
@@ -40,6 +43,12 @@ type BenchConfig struct {
 	MemProfile io.Writer
 	// FetchMaxBytes is the processor's Config.FetchMaxBytes (0: default).
 	FetchMaxBytes int
+	// Relay also measures the plumbing the two stages stand on, with no
+	// processing: a kafka-go group reader over the raw cell topics hands
+	// every message to a kafka-go Writer into a scratch topic shaped like
+	// hf.outcomes, and a second group reader reads them back (read, write,
+	// read: what stage A and stage B do with Kafka). Default: false.
+	Relay bool
 }
 
 // BenchResult is what Bench measured. Both rates are over every message of
@@ -54,6 +63,9 @@ type BenchResult struct {
 	// Process is the time a fresh processor group took from start until both
 	// stages had committed everything (join and rebuild included).
 	Process time.Duration
+	// Relay is the time the relay floor took (BenchConfig.Relay), from the
+	// first read until the last message was read back; 0 when not run.
+	Relay time.Duration
 	// PeakHeap is the largest heap in use seen during the process phase
 	// (sampled every 200ms; 0 unless MemProfile is set).
 	PeakHeap uint64
@@ -67,6 +79,15 @@ func (r *BenchResult) ProcessRate() float64 { return float64(r.Events) / r.Proce
 
 // Ratio is ProcessRate / RawRate (goal: >= 0.5).
 func (r *BenchResult) Ratio() float64 { return r.ProcessRate() / r.RawRate() }
+
+// RelayRate is the relay floor's rate in events/s (0 when not run): the
+// most the two stages' Kafka plumbing alone carries.
+func (r *BenchResult) RelayRate() float64 {
+	if r.Relay <= 0 {
+		return 0
+	}
+	return float64(r.Events) / r.Relay.Seconds()
+}
 
 // Bench writes a generated campaign to the raw topics, then measures, on the
 // same broker and in the same run, a plain kafka-go read of the raw cell
@@ -144,6 +165,15 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 	res.Raw = time.Since(start)
 	r.Close()
 	bc.Log.Info().Dur("took", res.Raw).Msg("raw read done")
+
+	if bc.Relay {
+		d, err := relay(ctx, bc.Brokers, client, stamp, res.Events)
+		if err != nil {
+			return nil, fmt.Errorf("relay floor: %w", err)
+		}
+		res.Relay = d
+		bc.Log.Info().Dur("took", res.Relay).Msg("relay floor done")
+	}
 
 	// Process: a fresh processor group, until both stages caught up.
 	// The whole log is written before the processor starts, so every stream
@@ -226,5 +256,99 @@ func peakHeapProfile(period time.Duration) (stop func() (uint64, []byte)) {
 		close(done)
 		wg.Wait()
 		return peak, prof.Bytes()
+	}
+}
+
+// relayTopic is the scratch topic of the relay floor, shaped like
+// hf.outcomes. It is created on first use and kept (each run reads back only
+// what it wrote, from the end offsets it found).
+const relayTopic = "hf.bench-relay"
+
+// relay measures the read -> write -> read floor over the raw cell topics
+// (BenchConfig.Relay). Reading, writing and reading back run concurrently,
+// as the stages do; the writer gets batches of the processor's default
+// BatchSize, and each partition of the scratch topic is read back from the
+// end offset it had before the run.
+func relay(ctx context.Context, brokers []string, client *kafka.Client, stamp, events int64) (time.Duration, error) {
+	def, ok := kafkatopics.Lookup(schemas.TopicOutcomes)
+	if !ok {
+		return 0, fmt.Errorf("no topic definition for %s", schemas.TopicOutcomes)
+	}
+	def.Name = relayTopic
+	if err := kafkax.EnsureTopics(ctx, brokers, []kafkatopics.Topic{def}); err != nil {
+		return 0, err
+	}
+	ends, err := kafkax.EndOffsets(ctx, client, relayTopic)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := kafka.NewReader(kafkax.ReaderConfig(brokers, fmt.Sprintf("bench-relay-%d", stamp), CellTopics...))
+	defer in.Close()
+	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: brokers, Topic: relayTopic, BatchSize: 5000, BatchBytes: 16 << 20})
+	defer w.Close()
+
+	const batch = 2000
+	batches := make(chan []kafka.Message, 4)
+	errc := make(chan error, 2+len(ends[relayTopic]))
+	var back atomic.Int64
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { // read the raw topics
+		defer close(batches)
+		for n := int64(0); n < events; {
+			b := make([]kafka.Message, 0, min(int64(batch), events-n))
+			for len(b) < cap(b) {
+				m, err := in.FetchMessage(ctx)
+				if err != nil {
+					errc <- fmt.Errorf("read after %d of %d: %w", n, events, err)
+					return
+				}
+				b = append(b, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time})
+				n++
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { // write them to the scratch topic
+		for b := range batches {
+			if err := w.WriteMessages(ctx, b...); err != nil {
+				errc <- fmt.Errorf("write: %w", err)
+				return
+			}
+		}
+	}()
+	for part, end := range ends[relayTopic] { // read them back
+		rc := kafkax.ReaderConfig(brokers, "", relayTopic)
+		rc.Partition = part
+		r := kafka.NewReader(rc)
+		defer r.Close()
+		if err := r.SetOffset(end); err != nil {
+			return 0, err
+		}
+		go func() {
+			for {
+				if _, err := r.FetchMessage(ctx); err != nil {
+					if ctx.Err() == nil {
+						errc <- fmt.Errorf("read back partition %d: %w", part, err)
+					}
+					return
+				}
+				if back.Add(1) == events {
+					close(done)
+				}
+			}
+		}()
+	}
+	select {
+	case <-done:
+		return time.Since(start), nil
+	case err := <-errc:
+		return 0, err
 	}
 }

@@ -464,15 +464,49 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bk.Close()
-	var raw, proc float64
+	var raw, proc, relay float64
 	for i := 0; i < b.N; i++ {
-		res, err := Bench(context.Background(), BenchConfig{Brokers: []string{bk.Addr()}, Agents: 6, Rounds: 10, Tasks: 100, Seed: int64(i + 1), Log: zerolog.Nop()})
+		res, err := Bench(context.Background(), BenchConfig{Brokers: []string{bk.Addr()}, Agents: 6, Rounds: 10, Tasks: 100, Seed: int64(i + 1), Log: zerolog.Nop(), Relay: true})
 		if err != nil {
 			b.Fatal(err)
 		}
-		raw, proc = res.RawRate(), res.ProcessRate()
+		raw, proc, relay = res.RawRate(), res.ProcessRate(), res.RelayRate()
 	}
 	b.ReportMetric(raw, "raw-events/s")
 	b.ReportMetric(proc, "process-events/s")
 	b.ReportMetric(proc/raw, "ratio")
+	b.ReportMetric(relay/raw, "relay-ratio")
+}
+
+// TestBenchRelayFloor runs Bench with the relay floor twice on one broker:
+// each run relays and reads back exactly its own messages (it returns only
+// once all are read back, and a second run must not count the first one's),
+// and the rates are positive.
+func TestBenchRelayFloor(t *testing.T) {
+	addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	var total int64
+	for run := 1; run <= 2; run++ {
+		res, err := Bench(ctx, BenchConfig{Brokers: []string{addr}, Agents: 2, Rounds: 3, Tasks: 20, Seed: int64(run), Log: zerolog.Nop(), Relay: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Events == 0 || res.Relay <= 0 || !(res.RelayRate() > 0) || !(res.RawRate() > 0) || !(res.ProcessRate() > 0) {
+			t.Fatalf("run %d: result %+v: relay %.0f/s, raw %.0f/s, process %.0f/s", run, res, res.RelayRate(), res.RawRate(), res.ProcessRate())
+		}
+		total += res.Events // each run relays every raw event, earlier runs' included
+		ends, err := kafkax.EndOffsets(ctx, client, relayTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var relayed int64
+		for _, e := range ends[relayTopic] {
+			relayed += e
+		}
+		if relayed != total {
+			t.Fatalf("run %d: scratch topic holds %d messages, want %d", run, relayed, total)
+		}
+	}
 }

@@ -23,7 +23,14 @@ func newBenchProcessCmd() *cobra.Command {
 broker and in the same run, reads the raw cell topics from offset 0 with a plain
 kafka-go group reader (the ceiling) and runs a fresh processor group over them
 until both stages have committed everything. It prints both rates and their
-ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
+ratio (goal: >= 0.5). Without --brokers an embedded broker is started.
+
+--relay also measures the floor under both stages, in the same run: a plain
+kafka-go reader over the raw cell topics feeding a kafka-go Writer into a
+scratch topic shaped like hf.outcomes, read back by a second group reader
+(read, write, read, no processing: the Kafka work the two stages do). Its
+ratio to the raw read is the most the processors' ratio can reach on this
+broker and machine.`,
 		Example: "  harnessflow bench process --agents 8 --rounds 10 --tasks 100",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,6 +69,11 @@ ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
 			fmt.Fprintf(out, "raw kafka-go read:        %10.0f events/s (%v)\n", res.RawRate(), res.Raw)
 			fmt.Fprintf(out, "process, end to end:      %10.0f events/s (%v, group join and both stages included)\n", res.ProcessRate(), res.Process)
 			fmt.Fprintf(out, "ratio process/raw:        %10.2f (goal >= 0.50)\n", res.Ratio())
+			if res.Relay > 0 {
+				fmt.Fprintf(out, "relay floor (read, write, read back): %10.0f events/s (%v)\n", res.RelayRate(), res.Relay)
+				fmt.Fprintf(out, "ratio relay/raw:          %10.2f (the most process/raw can reach here)\n", res.RelayRate()/res.RawRate())
+				fmt.Fprintf(out, "ratio process/relay:      %10.2f\n", res.ProcessRate()/res.RelayRate())
+			}
 			if res.PeakHeap > 0 {
 				fmt.Fprintf(out, "peak heap in use:         %10.0f MiB (heap profile: %s)\n", float64(res.PeakHeap)/(1<<20), memprofile)
 			}
@@ -76,6 +88,7 @@ ratio (goal: >= 0.5). Without --brokers an embedded broker is started.`,
 	cmd.Flags().Int64Var(&bc.Seed, "seed", 1, "campaign seed")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the process phase to this file (go tool pprof)")
 	cmd.Flags().IntVar(&bc.FetchMaxBytes, "fetch-max-bytes", 0, "the processor's --fetch-max-bytes (0: its default)")
+	cmd.Flags().BoolVar(&bc.Relay, "relay", false, "also measure the read -> write -> read relay floor under both stages")
 	cmd.Flags().StringVar(&memprofile, "memprofile", "", "write a pprof heap profile taken near the process phase's peak heap to this file, and print the peak")
 	return cmd
 }
