@@ -478,25 +478,29 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.ReportMetric(relay/raw, "relay-ratio")
 }
 
-// TestBenchRelayFloor runs Bench with the relay floor twice on one broker:
-// each run relays and reads back exactly its own messages (it returns only
-// once all are read back, and a second run must not count the first one's),
-// and the rates are positive.
+// TestBenchRelayFloor runs Bench with the relay floor three times on one
+// broker, the last packing 7 messages per record: each run relays and reads
+// back exactly its own records (it returns only once all are read back, and
+// a later run must not count an earlier one's), and the rates are positive.
 func TestBenchRelayFloor(t *testing.T) {
 	addr := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
 	var total int64
-	for run := 1; run <= 2; run++ {
-		res, err := Bench(ctx, BenchConfig{Brokers: []string{addr}, Agents: 2, Rounds: 3, Tasks: 20, Seed: int64(run), Log: zerolog.Nop(), Relay: true})
+	for run := 1; run <= 3; run++ {
+		k := 1
+		if run == 3 {
+			k = 7 // 7 raw messages per relayed record
+		}
+		res, err := Bench(ctx, BenchConfig{Brokers: []string{addr}, Agents: 2, Rounds: 3, Tasks: 20, Seed: int64(run), Log: zerolog.Nop(), Relay: true, RelayBatch: k})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Events == 0 || res.Relay <= 0 || !(res.RelayRate() > 0) || !(res.RawRate() > 0) || !(res.ProcessRate() > 0) {
 			t.Fatalf("run %d: result %+v: relay %.0f/s, raw %.0f/s, process %.0f/s", run, res, res.RelayRate(), res.RawRate(), res.ProcessRate())
 		}
-		total += res.Events // each run relays every raw event, earlier runs' included
+		total += relayRecords(res.Events, k) // each run relays every raw event, earlier runs' included
 		ends, err := kafkax.EndOffsets(ctx, client, relayTopic)
 		if err != nil {
 			t.Fatal(err)

@@ -26,11 +26,12 @@ until both stages have committed everything. It prints both rates and their
 ratio (goal: >= 0.5). Without --brokers an embedded broker is started.
 
 --relay also measures the floor under both stages, in the same run: a plain
-kafka-go reader over the raw cell topics feeding a kafka-go Writer into a
-scratch topic shaped like hf.outcomes, read back by a second group reader
-(read, write, read, no processing: the Kafka work the two stages do). Its
-ratio to the raw read is the most the processors' ratio can reach on this
-broker and machine.`,
+kafka-go reader over the raw cell topics feeding an asynchronous kafka-go
+Writer into a scratch topic shaped like hf.outcomes (hf.bench-relay), read
+back partition by partition (read, write, read, no processing: the Kafka work
+the two stages do). Its ratio to the raw read is the most the processors'
+ratio can reach on this broker and machine. --relay-batch K packs K raw
+messages per relayed record, to see what batching hf.outcomes would buy.`,
 		Example: "  harnessflow bench process --agents 8 --rounds 10 --tasks 100",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -89,6 +90,7 @@ broker and machine.`,
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the process phase to this file (go tool pprof)")
 	cmd.Flags().IntVar(&bc.FetchMaxBytes, "fetch-max-bytes", 0, "the processor's --fetch-max-bytes (0: its default)")
 	cmd.Flags().BoolVar(&bc.Relay, "relay", false, "also measure the read -> write -> read relay floor under both stages")
+	cmd.Flags().IntVar(&bc.RelayBatch, "relay-batch", 1, "raw messages packed into one relayed record (what batching hf.outcomes records would buy)")
 	cmd.Flags().StringVar(&memprofile, "memprofile", "", "write a pprof heap profile taken near the process phase's peak heap to this file, and print the peak")
 	return cmd
 }
