@@ -119,6 +119,10 @@ func printE2E(w io.Writer, r *e2e.Result) {
 	row("peak RSS process 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB  %s", r.RSSMB.Process1x, r.RSSMB.Process10x, r.RSSMB.ProcessBacklog, paced)
 	row("peak RSS sink 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB", r.RSSMB.Sink1x, r.RSSMB.Sink10x, r.RSSMB.SinkBacklog)
 	row("peak RSS train 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB", r.RSSMB.Train1x, r.RSSMB.Train10x, r.RSSMB.TrainBacklog)
+	lh := r.LiveHeapMB
+	row("peak live heap process 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB  (go_gc_heap_live_bytes, sampled every second)", lh.Process1x, lh.Process10x, lh.ProcessBacklog)
+	row("peak live heap sink 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB", lh.Sink1x, lh.Sink10x, lh.SinkBacklog)
+	row("peak live heap train 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB", lh.Train1x, lh.Train10x, lh.TrainBacklog)
 	if r.RSSMB.BacklogNote != "" {
 		row("peak RSS backlog", "%s", r.RSSMB.BacklogNote)
 	}

@@ -176,13 +176,17 @@ type Result struct {
 	// Throughput holds the timings behind both rates.
 	Throughput Phase `json:"throughput"`
 
-	Latency  Latency            `json:"latency_ms"`
-	RSSMB    RSS                `json:"rss_mb"`
-	Ceilings Ceilings           `json:"ceilings"`
-	Ratios   map[string]float64 `json:"ratios"`
-	Peer     Peer               `json:"peer"`
-	Storm    Storm              `json:"storm"`
-	Goals    []Goal             `json:"goals"`
+	Latency Latency `json:"latency_ms"`
+	RSSMB   RSS     `json:"rss_mb"`
+	// LiveHeapMB is the children's largest go_gc_heap_live_bytes over the
+	// same runs as RSSMB: their state, without the garbage awaiting the
+	// next GC that their RSS also holds.
+	LiveHeapMB LiveHeap           `json:"live_heap_mb"`
+	Ceilings   Ceilings           `json:"ceilings"`
+	Ratios     map[string]float64 `json:"ratios"`
+	Peer       Peer               `json:"peer"`
+	Storm      Storm              `json:"storm"`
+	Goals      []Goal             `json:"goals"`
 	// Errors lists the assertions that failed (the run then exits 1).
 	Errors    []string `json:"errors,omitempty"`
 	DurationS float64  `json:"duration_s"`
@@ -243,6 +247,19 @@ type RSS struct {
 	SinkBacklog    float64 `json:"sink_backlog"`
 	TrainBacklog   float64 `json:"train_backlog"`
 	BacklogNote    string  `json:"backlog_note,omitempty"`
+}
+
+// LiveHeap is the children's peak live heap in MiB per run (see RSS).
+type LiveHeap struct {
+	Process1x      float64 `json:"process_1x"`
+	Process10x     float64 `json:"process_10x"`
+	ProcessBacklog float64 `json:"process_backlog"`
+	Sink1x         float64 `json:"sink_1x"`
+	Sink10x        float64 `json:"sink_10x"`
+	SinkBacklog    float64 `json:"sink_backlog"`
+	Train1x        float64 `json:"train_1x"`
+	Train10x       float64 `json:"train_10x"`
+	TrainBacklog   float64 `json:"train_backlog"`
 }
 
 // Ceilings are measured in the same run, on the same broker and server.
@@ -383,7 +400,10 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	res.RSSMB.RatePerS = float64(cfg.RSSRate)
 	res.RSSMB.Events1x = one.Events
 	res.RSSMB.Process1x, res.RSSMB.Sink1x, res.RSSMB.Train1x = b.cl.Processors.PeakRSSMB(), b.cl.Sink.PeakRSSMB(), b.cl.Trainer.PeakRSSMB()
-	b.pr("rss 1x: process %.0f MiB, sink %.0f MiB, train %.0f MiB", res.RSSMB.Process1x, res.RSSMB.Sink1x, res.RSSMB.Train1x)
+	lh := &res.LiveHeapMB
+	lh.Process1x, lh.Sink1x, lh.Train1x = b.cl.Processors.PeakLiveHeapMB(), b.cl.Sink.PeakLiveHeapMB(), b.cl.Trainer.PeakLiveHeapMB()
+	b.pr("rss 1x: process %.0f MiB, sink %.0f MiB, train %.0f MiB (live heap %.0f, %.0f, %.0f MiB)", res.RSSMB.Process1x, res.RSSMB.Sink1x,
+		res.RSSMB.Train1x, lh.Process1x, lh.Sink1x, lh.Train1x)
 	b.pr("rss 10x: %d events in 40 campaigns of %d, paced at %d events/s", 40*rp.events, rp.events, cfg.RSSRate)
 	ten, err := b.phase(ctx, "x10", rp, 40, nil, cfg.RSSRate)
 	if err != nil {
@@ -391,7 +411,9 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	}
 	res.RSSMB.Events10x = ten.Events
 	res.RSSMB.Process10x, res.RSSMB.Sink10x, res.RSSMB.Train10x = b.cl.Processors.PeakRSSMB(), b.cl.Sink.PeakRSSMB(), b.cl.Trainer.PeakRSSMB()
-	b.pr("rss 10x: process %.0f MiB, sink %.0f MiB, train %.0f MiB", res.RSSMB.Process10x, res.RSSMB.Sink10x, res.RSSMB.Train10x)
+	lh.Process10x, lh.Sink10x, lh.Train10x = b.cl.Processors.PeakLiveHeapMB(), b.cl.Sink.PeakLiveHeapMB(), b.cl.Trainer.PeakLiveHeapMB()
+	b.pr("rss 10x: process %.0f MiB, sink %.0f MiB, train %.0f MiB (live heap %.0f, %.0f, %.0f MiB)", res.RSSMB.Process10x, res.RSSMB.Sink10x,
+		res.RSSMB.Train10x, lh.Process10x, lh.Sink10x, lh.Train10x)
 	res.RSSMB.Tolerance = cfg.RSSTolerance
 	// The unpaced phases' peaks are measured apart.
 	for _, p := range b.cl.Children() {
@@ -427,8 +449,9 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	res.RSSMB.ProcessBacklog, res.RSSMB.SinkBacklog, res.RSSMB.TrainBacklog = b.cl.Processors.PeakRSSMB(), b.cl.Sink.PeakRSSMB(), b.cl.Trainer.PeakRSSMB()
 	b.pr("throughput: produce %.0f events/s, end to end %.0f events/s (%d events, visible after %.1fs)",
 		res.ProduceEventsPerS, res.E2EEventsPerS, th.Events, th.VisibleS)
-	b.pr("rss backlog (latency and throughput phases): process %.0f MiB, sink %.0f MiB, train %.0f MiB",
-		res.RSSMB.ProcessBacklog, res.RSSMB.SinkBacklog, res.RSSMB.TrainBacklog)
+	lh.ProcessBacklog, lh.SinkBacklog, lh.TrainBacklog = b.cl.Processors.PeakLiveHeapMB(), b.cl.Sink.PeakLiveHeapMB(), b.cl.Trainer.PeakLiveHeapMB()
+	b.pr("rss backlog (latency and throughput phases): process %.0f MiB, sink %.0f MiB, train %.0f MiB (live heap %.0f, %.0f, %.0f MiB)",
+		res.RSSMB.ProcessBacklog, res.RSSMB.SinkBacklog, res.RSSMB.TrainBacklog, lh.ProcessBacklog, lh.SinkBacklog, lh.TrainBacklog)
 
 	// Ceilings, same broker, same server, same rows.
 	ceil, err := b.ceilings(ctx, plan, th.Events)

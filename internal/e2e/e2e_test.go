@@ -68,6 +68,14 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("rss %s = %.1f MiB", name, v)
 		}
 	}
+	lh := res.LiveHeapMB
+	for name, v := range map[string]float64{"process_1x": lh.Process1x, "process_10x": lh.Process10x, "process_backlog": lh.ProcessBacklog,
+		"sink_1x": lh.Sink1x, "sink_10x": lh.Sink10x, "sink_backlog": lh.SinkBacklog,
+		"train_1x": lh.Train1x, "train_10x": lh.Train10x, "train_backlog": lh.TrainBacklog} {
+		if v <= 0 {
+			t.Errorf("live heap %s = %.1f MiB", name, v)
+		}
+	}
 	// Campaigns of other seeds differ a little in size.
 	if r.RatePerS != 25000 || r.Events1x == 0 || r.Events10x < 9*r.Events1x || r.Events10x > 11*r.Events1x || r.BacklogNote != "" {
 		t.Errorf("rss runs: %d and %d events at %.0f/s (want about 10x the events at the default 25000/s), note %q",

@@ -98,7 +98,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := freePorts(3)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -108,14 +108,15 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
-	child := func(name string, args, extra []string) *Proc {
-		return &Proc{Name: name, Bin: cfg.Bin, Args: append(args, extra...), Env: cfg.Env, LogPath: filepath.Join(logs, name+".log")}
+	child := func(name string, port int, args, extra []string) *Proc {
+		listen := "127.0.0.1:" + strconv.Itoa(port)
+		return &Proc{Name: name, Bin: cfg.Bin, Args: append(append(args, "--listen", listen), extra...), Env: cfg.Env,
+			LogPath: filepath.Join(logs, name+".log"), MetricsURL: "http://" + listen + "/metrics"}
 	}
-	c.Processors = child("processors", []string{"process", "--brokers", c.addr}, cfg.ProcessArgs)
-	c.Sink = child("sink", []string{"sink", "--brokers", c.addr, "--clickhouse", srv.Addr(), "--database", cfg.Database,
-		"--listen", "127.0.0.1:" + strconv.Itoa(ports[0])}, cfg.SinkArgs)
-	c.Trainer = child("trainer", []string{"train", "--brokers", c.addr, "--clickhouse", srv.Addr(), "--database", cfg.Database,
-		"--checkpoint-dir", filepath.Join(cfg.Dir, "trainer"), "--listen", "127.0.0.1:" + strconv.Itoa(ports[1])}, cfg.TrainArgs)
+	c.Processors = child("processors", ports[2], []string{"process", "--brokers", c.addr}, cfg.ProcessArgs)
+	c.Sink = child("sink", ports[0], []string{"sink", "--brokers", c.addr, "--clickhouse", srv.Addr(), "--database", cfg.Database}, cfg.SinkArgs)
+	c.Trainer = child("trainer", ports[1], []string{"train", "--brokers", c.addr, "--clickhouse", srv.Addr(), "--database", cfg.Database,
+		"--checkpoint-dir", filepath.Join(cfg.Dir, "trainer")}, cfg.TrainArgs)
 	return c, nil
 }
 

@@ -56,10 +56,20 @@ func TestClusterLifecycle(t *testing.T) {
 	if err := c.Conn().QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = '"+c.Database()+"'").Scan(&n); err != nil || n == 0 {
 		t.Fatalf("tables after ClickHouse restart: %d, %v", n, err)
 	}
-	// The sink and the trainer serve /healthz once they run against the
-	// restarted broker and ClickHouse (the trainer only after its start-up).
-	for _, p := range []*Proc{c.Sink, c.Trainer} {
+	// Every child serves /healthz once it runs against the restarted broker
+	// and ClickHouse (the trainer only after its start-up), and its live
+	// heap is sampled from its /metrics.
+	for _, p := range c.Children() {
 		waitHealthy(t, ctx, p)
+	}
+	for _, p := range c.Children() {
+		deadline := time.Now().Add(30 * time.Second)
+		for p.PeakLiveHeapMB() <= 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no go_gc_heap_live_bytes sampled from %s", p.Name, p.MetricsURL)
+			}
+			time.Sleep(100 * time.Millisecond) // polling interval; samples come every second
+		}
 	}
 	for _, p := range c.Children() {
 		if !p.Running() {

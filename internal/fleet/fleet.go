@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -34,12 +35,16 @@ type Proc struct {
 	// LogPath receives the child's stdout and stderr (appended). Empty:
 	// discarded.
 	LogPath string
+	// MetricsURL is the child's Prometheus /metrics; when set, its
+	// go_gc_heap_live_bytes is sampled every second for PeakLiveHeapMB.
+	MetricsURL string
 
 	mu         sync.Mutex
 	cmd        *exec.Cmd
 	done       chan struct{}
 	exitErr    error
 	peakKB     int64
+	peakLive   float64 // bytes
 	starts     int
 	kills      int
 	logFile    *os.File
@@ -86,7 +91,63 @@ func (p *Proc) Start() error {
 		close(done)
 	}()
 	go p.sample(cmd.Process.Pid, done, stop)
+	if p.MetricsURL != "" {
+		go p.sampleLive(p.MetricsURL, done, stop)
+	}
 	return nil
+}
+
+// sampleLive records the child's go_gc_heap_live_bytes every second while
+// it lives (a failed scrape, as while the child starts, is skipped).
+func (p *Proc) sampleLive(url string, done, stop <-chan struct{}) {
+	client := &http.Client{Timeout: 900 * time.Millisecond}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if v, err := scrapeGauge(client, url, "go_gc_heap_live_bytes"); err == nil {
+			p.mu.Lock()
+			p.peakLive = max(p.peakLive, v)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// scrapeGauge reads one unlabeled sample from a Prometheus text exposition.
+func scrapeGauge(client *http.Client, url, name string) (float64, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no %s", url, name)
+}
+
+// PeakLiveHeapMB is the largest go_gc_heap_live_bytes sampled since the
+// start or the last ResetPeak, in MiB; 0 without MetricsURL or a sample.
+func (p *Proc) PeakLiveHeapMB() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.peakLive / (1 << 20)
 }
 
 // sample records the child's VmHWM every 100ms while it lives: the last
@@ -226,7 +287,7 @@ func (p *Proc) PeakRSSMB() float64 {
 // caller that goes on reads the peak since the child started.
 func (p *Proc) ResetPeak() error {
 	p.mu.Lock()
-	p.peakKB = 0
+	p.peakKB, p.peakLive = 0, 0
 	p.mu.Unlock()
 	pid := p.Pid()
 	if pid == 0 {

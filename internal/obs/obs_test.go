@@ -20,8 +20,9 @@ func TestMuxServesMetricsHealthAndPprofOnlyWhenAsked(t *testing.T) {
 	if code, body := get(t, mux, "/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz = %d %q", code, body)
 	}
-	if code, body := get(t, mux, "/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
-		t.Fatalf("/metrics = %d, go collector missing", code)
+	if code, body := get(t, mux, "/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") ||
+		!strings.Contains(body, "\ngo_memstats_heap_inuse_bytes ") || !strings.Contains(body, "\ngo_gc_heap_live_bytes ") {
+		t.Fatalf("/metrics = %d, go collector or its go_memstats_heap_inuse_bytes / go_gc_heap_live_bytes missing:\n%s", code, body)
 	}
 	if code, _ := get(t, mux, "/debug/pprof/heap"); code != http.StatusNotFound {
 		t.Fatalf("/debug/pprof/heap without HF_PPROF = %d, want 404", code)
