@@ -159,10 +159,29 @@ type cell struct {
 }
 
 type baseline struct {
-	cellID   string
-	scores   map[string]float64 // task_id → attempt-1 score (0 when status ≠ ok)
+	cellID string
+	// scores maps task_id → attempt-1 score (0 when status ≠ ok) while the
+	// baseline runs; frozen holds them once it finished (scores is nil).
+	scores   map[string]float64
+	frozen   *scoreTable
 	finished bool
 	maxTime  time.Time
+}
+
+// score returns the baseline's score on a task.
+func (b *baseline) score(task string) (float64, bool) {
+	if b.frozen != nil {
+		return b.frozen.get(task)
+	}
+	v, ok := b.scores[task]
+	return v, ok
+}
+
+func (b *baseline) size() int {
+	if b.frozen != nil {
+		return b.frozen.len()
+	}
+	return len(b.scores)
 }
 
 // Pairer pairs the cells of one pairing key and derives their labeled samples
@@ -230,7 +249,7 @@ func (p *Pairer) Done() bool { return len(p.cells) == 0 }
 func (p *Pairer) Size() int {
 	n := len(p.gone)
 	if p.base != nil {
-		n += len(p.base.scores)
+		n += p.base.size()
 	}
 	for _, c := range p.cells {
 		n += 1 + len(c.seen) + len(c.byAttempt) + len(c.updates)
@@ -431,7 +450,7 @@ func (p *Pairer) attempt(c *cell, e *schemas.TaskAttempt) {
 			r.order = append(r.order, e.TaskID)
 			r.outTime = maxTime(r.outTime, e.EventTime)
 			if c.kind == kindBaseline {
-				if _, ok := p.base.scores[e.TaskID]; !ok {
+				if _, ok := p.base.scores[e.TaskID]; !ok && p.base.scores != nil {
 					p.base.scores[e.TaskID] = score
 				}
 			}
@@ -574,6 +593,7 @@ func (p *Pairer) collect(c *cell) []schemas.Event {
 	var out []schemas.Event
 	if c.kind == kindBaseline && c.finished && p.base.cellID == c.info.CellID && !p.base.finished {
 		p.base.finished = true
+		p.base.frozen, p.base.scores = freezeScores(p.base.scores), nil
 		p.base.maxTime = c.maxTime
 		ids := make([]string, 0, len(p.cells))
 		for id := range p.cells {
@@ -689,7 +709,7 @@ func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 	if c.kind != kindBaseline && c.kind != kindProduction && p.base != nil {
 		var lift meanAcc
 		for _, id := range r.order {
-			if b, ok := p.base.scores[id]; ok {
+			if b, ok := p.base.score(id); ok {
 				l := r.outcomes[id].score - b
 				lift.add(&l)
 			}
@@ -743,7 +763,7 @@ func (p *Pairer) values(r *round, v string, d Design) map[string]float64 {
 			continue
 		}
 		if d == DesignLift {
-			b, ok := p.base.scores[id]
+			b, ok := p.base.score(id)
 			if !ok {
 				continue
 			}
