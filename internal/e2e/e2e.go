@@ -431,6 +431,7 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 
 	// Throughput: 10 chunks of the 1x width.
 	b.pr("throughput: %d events in 10 chunks of %d, through the Go SDK", 10*plan.events, plan.events)
+	b.quiesce(ctx, "throughput", 2*time.Minute)
 	th, tpErr := b.phase(ctx, "tp", plan, 10, nil, 0)
 	if th == nil {
 		return fmt.Errorf("throughput phase: %w", tpErr)

@@ -6,8 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/gen"
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/stack"
 	"github.com/harnessflow/harnessflow/processors"
 	"github.com/harnessflow/harnessflow/producers"
@@ -319,4 +322,32 @@ func (b *bench) rejections(ctx context.Context, name string) string {
 		return ""
 	}
 	return fmt.Sprintf("; the phase's events dead-lettered by the processors (stage, reason, count): %v", rows)
+}
+
+// quiesce waits, before a measured phase, until the work the previous one
+// left behind is done: the trainer has consumed every sample (hf-trainer's
+// lag is 0) and ClickHouse runs no background merge. It gives up after limit
+// (the phase is then measured anyway) and reports what it waited for.
+func (b *bench) quiesce(ctx context.Context, name string, limit time.Duration) {
+	client := &kafka.Client{Addr: kafka.TCP(b.cl.Brokers()...), Timeout: 10 * time.Second}
+	start := time.Now()
+	for {
+		lag, lerr := kafkax.GroupLag(ctx, client, "hf-trainer", schemas.TopicSamples)
+		var merges uint64
+		merr := b.cl.Conn().QueryRow(ctx, "SELECT count() FROM system.merges").Scan(&merges)
+		if lerr == nil && merr == nil && lag == 0 && merges == 0 {
+			if d := time.Since(start); d > time.Second {
+				b.pr("%s: waited %.1fs for the trainer and ClickHouse's merges to go idle", name, d.Seconds())
+			}
+			return
+		}
+		if time.Since(start) > limit || ctx.Err() != nil {
+			b.pr("%s: measured although not idle after %s (trainer lag %d %v, merges %d %v)", name, limit, lag, lerr, merges, merr)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond): // poll period
+		}
+	}
 }

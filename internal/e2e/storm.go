@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -104,6 +105,7 @@ func (b *bench) storm(ctx context.Context, p plan, clean float64) (*Storm, error
 	cfg := b.cfg
 	b.pr("storm: %d events in 10 chunks with %.2g %% malformed messages mixed in", 10*p.events, cfg.MalformedPct)
 	in := newInjector(b.cl.Brokers(), b.prefix("st"), cfg.MalformedPct)
+	b.quiesce(ctx, "storm", 2*time.Minute)
 	ph, err := b.phase(ctx, "st", p, 10, in, 0)
 	if ph == nil {
 		return nil, err
