@@ -41,8 +41,9 @@ run:
   ceilings    a plain kafka-go group reader over the raw cell topics, and
               clickhouse-client inserting the same rows from TSV, same run;
   storm       the throughput load with --malformed-pct malformed messages mixed
-              in: its rate beside the clean one, every malformed message checked
-              in rejected_events with its reason code;
+              in, then the clean load once more: the storm's rate beside the mean
+              of the clean runs before and after it, every malformed message
+              checked in rejected_events with its reason code;
   peer        ClickHouse's Kafka table engine reading the same attempts as
               JSONEachRow from the same broker (recorded either way).
 
@@ -139,6 +140,7 @@ func printE2E(w io.Writer, r *e2e.Result) {
 	} else {
 		row(fmt.Sprintf("storm (%.2g %% malformed)", r.Storm.MalformedPct), "%10.0f events/s vs clean %.0f: ratio %.3f; dlq %d/%d %v",
 			r.Storm.E2EEventsPerS, r.Storm.CleanPerS, r.Storm.RateRatio, r.Storm.DLQRows, r.Storm.MalformedSent, r.Storm.DLQByReason)
+		row("storm: clean before / after", "%10.0f / %.0f events/s (the clean rate above is their mean)", r.Storm.CleanBeforePerS, r.Storm.CleanAfterPerS)
 	}
 	for _, g := range r.Goals {
 		met := "NOT MET"

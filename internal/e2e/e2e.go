@@ -298,7 +298,14 @@ type Storm struct {
 	SinkDLQRows   int            `json:"sink_dlq_rows"`
 	SentByReason  map[string]int `json:"sent_by_reason"`
 	E2EEventsPerS float64        `json:"e2e_events_per_s"`
-	CleanPerS     float64        `json:"clean_e2e_events_per_s"`
+	// CleanPerS is the mean of the clean load's rate measured before the
+	// storm (the throughput run, CleanBeforePerS) and after it (the same
+	// load again, CleanAfterPerS): the pair brackets the storm, so that the
+	// tables growing through the run and the machine's drift weigh on both
+	// sides of the ratio.
+	CleanPerS       float64 `json:"clean_e2e_events_per_s"`
+	CleanBeforePerS float64 `json:"clean_before_e2e_events_per_s"`
+	CleanAfterPerS  float64 `json:"clean_after_e2e_events_per_s"`
 	// RateRatio is storm / clean (goal: > 0.9, a drop under 10 %).
 	RateRatio float64 `json:"rate_ratio"`
 	Phase     Phase   `json:"phase"`
@@ -473,6 +480,9 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 		res.Storm = Storm{Skipped: true}
 	} else {
 		st, err := b.storm(ctx, plan, e2e)
+		if err == nil && st != nil && st.E2EEventsPerS > 0 {
+			err = b.cleanAgain(ctx, plan, st)
+		}
 		if st != nil {
 			res.Storm = *st
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,6 +99,12 @@ func TestRunSmall(t *testing.T) {
 	}
 	if s.RateRatio <= 0 || s.Phase.Got.Attempts != th.Expected.Attempts {
 		t.Errorf("storm rate ratio %.3f, attempts %d", s.RateRatio, s.Phase.Got.Attempts)
+	}
+	// The clean rate is the mean of the runs before and after the storm.
+	if s.CleanBeforePerS != res.E2EEventsPerS || s.CleanAfterPerS <= 0 || s.CleanPerS != (s.CleanBeforePerS+s.CleanAfterPerS)/2 ||
+		math.Abs(s.RateRatio-s.E2EEventsPerS/s.CleanPerS) > 1e-9 {
+		t.Errorf("storm clean rates: before %.0f (throughput %.0f), after %.0f, mean %.0f, ratio %.3f",
+			s.CleanBeforePerS, res.E2EEventsPerS, s.CleanAfterPerS, s.CleanPerS, s.RateRatio)
 	}
 	// Peer: recorded either way.
 	if res.Peer.Status == "" || (res.Peer.Status != "ok" && res.Peer.Reason == "") {

@@ -99,6 +99,23 @@ func (in *injector) close() error {
 	return err
 }
 
+// cleanAgain runs the clean throughput load once more after the storm and
+// sets the storm's clean rate to the mean of the runs before and after it.
+func (b *bench) cleanAgain(ctx context.Context, p plan, st *Storm) error {
+	b.pr("storm: the clean load again, after the storm, so that clean runs bracket it")
+	b.quiesce(ctx, "clean again", 2*time.Minute)
+	ph, err := b.phase(ctx, "tp2", p, 10, nil, 0)
+	if err != nil {
+		return fmt.Errorf("clean run after the storm: %w", err)
+	}
+	st.CleanAfterPerS = div(float64(ph.Events), ph.VisibleS)
+	st.CleanPerS = (st.CleanBeforePerS + st.CleanAfterPerS) / 2
+	st.RateRatio = div(st.E2EEventsPerS, st.CleanPerS)
+	b.pr("storm: clean %.0f events/s before, %.0f after; storm %.0f: ratio %.3f to their mean",
+		st.CleanBeforePerS, st.CleanAfterPerS, st.E2EEventsPerS, st.RateRatio)
+	return nil
+}
+
 // storm runs the throughput load again with malformed messages mixed in,
 // then checks each one is in rejected_events with its reason code.
 func (b *bench) storm(ctx context.Context, p plan, clean float64) (*Storm, error) {
@@ -111,7 +128,7 @@ func (b *bench) storm(ctx context.Context, p plan, clean float64) (*Storm, error
 		return nil, err
 	}
 	st := &Storm{MalformedPct: cfg.MalformedPct, Events: ph.Events, MalformedSent: in.sent, SentByReason: in.byCode,
-		CleanPerS: clean, Phase: *ph, DLQByReason: map[string]int{}}
+		CleanPerS: clean, CleanBeforePerS: clean, Phase: *ph, DLQByReason: map[string]int{}}
 	if ph.VisibleS > 0 {
 		st.E2EEventsPerS = float64(ph.Events) / ph.VisibleS
 		st.RateRatio = div(st.E2EEventsPerS, clean)
