@@ -101,8 +101,23 @@ func (p *Proc) Start() error {
 // it lives (a failed scrape, as while the child starts, is skipped).
 func (p *Proc) sampleLive(url string, done, stop <-chan struct{}) {
 	client := &http.Client{Timeout: 900 * time.Millisecond}
-	t := time.NewTicker(time.Second)
+	every(time.Second, false, done, stop, func() {
+		if v, err := scrapeGauge(client, url, "go_gc_heap_live_bytes"); err == nil {
+			p.mu.Lock()
+			p.peakLive = max(p.peakLive, v)
+			p.mu.Unlock()
+		}
+	})
+}
+
+// every calls f each period (and once at the start when now is set) until
+// done or stop is closed.
+func every(period time.Duration, now bool, done, stop <-chan struct{}, f func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
+	if now {
+		f()
+	}
 	for {
 		select {
 		case <-done:
@@ -111,11 +126,7 @@ func (p *Proc) sampleLive(url string, done, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		if v, err := scrapeGauge(client, url, "go_gc_heap_live_bytes"); err == nil {
-			p.mu.Lock()
-			p.peakLive = max(p.peakLive, v)
-			p.mu.Unlock()
-		}
+		f()
 	}
 }
 
@@ -153,18 +164,7 @@ func (p *Proc) PeakLiveHeapMB() float64 {
 // sample records the child's VmHWM every 100ms while it lives: the last
 // sample before a SIGKILL is at most that old.
 func (p *Proc) sample(pid int, done, stop <-chan struct{}) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		p.record(pid)
-		select {
-		case <-done:
-			return
-		case <-stop:
-			return
-		case <-t.C:
-		}
-	}
+	every(100*time.Millisecond, true, done, stop, func() { p.record(pid) })
 }
 
 func (p *Proc) record(pid int) {
