@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -65,18 +66,8 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 				return withCode(2, runErr)
 			}
 			printE2E(cmd.OutOrStdout(), res)
-			if out != "" {
-				if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-					return withCode(2, err)
-				}
-				b, err := json.MarshalIndent(res, "", "  ")
-				if err != nil {
-					return withCode(2, err)
-				}
-				if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
-					return withCode(2, err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+			if err := writeE2E(cmd.Context(), cmd.OutOrStdout(), out, res); err != nil {
+				return withCode(2, err)
 			}
 			if runErr != nil {
 				return withCode(1, runErr)
@@ -156,4 +147,29 @@ func peerFigure(p e2e.Peer) string {
 		return fmt.Sprintf("%.0f rows/s (%d rows in %.1fs)", p.RowsPerS, p.RowsVisible, p.Seconds)
 	}
 	return p.Reason
+}
+
+// writeE2E writes the result as JSON to out (nothing when out is empty). An
+// interrupted run (ctx ended) is not written: its zeros would replace the
+// last complete run's figures.
+func writeE2E(ctx context.Context, w io.Writer, out string, res *e2e.Result) error {
+	if out == "" {
+		return nil
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(w, "interrupted: %s not written (it keeps the last complete run)\n", out)
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wrote %s\n", out)
+	return nil
 }
