@@ -51,7 +51,8 @@ type BenchConfig struct {
 	Relay bool
 	// RelayBatch packs this many consecutive raw messages into one record of
 	// the relay's scratch topic (their values concatenated), to measure what
-	// batching the internal topic's records would buy. Default: 1.
+	// batching the internal topic's records would buy; packing restarts at
+	// each write of 2000 messages (relayWriteBatch). Default: 1.
 	RelayBatch int
 }
 
@@ -375,6 +376,8 @@ func relay(ctx context.Context, brokers []string, client *kafka.Client, stamp, e
 		return time.Since(start), nil
 	case err := <-errc:
 		return 0, err
+	case <-ctx.Done(): // the read-back goroutines stop without a word
+		return 0, ctx.Err()
 	}
 }
 

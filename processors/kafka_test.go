@@ -514,3 +514,25 @@ func TestBenchRelayFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayEndsWithItsContext: a relay waiting for read-backs that never
+// come (here: nothing to relay) returns when its context ends.
+func TestRelayEndsWithItsContext(t *testing.T) {
+	addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay(ctx, []string{addr}, client, time.Now().UnixNano(), 0, 1)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("relay returned %v, want the context's deadline", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay still running 28 s after its context ended")
+	}
+}
