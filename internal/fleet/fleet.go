@@ -39,12 +39,15 @@ type Proc struct {
 	// go_gc_heap_live_bytes is sampled every second for PeakLiveHeapMB.
 	MetricsURL string
 
-	mu         sync.Mutex
-	cmd        *exec.Cmd
-	done       chan struct{}
-	exitErr    error
-	peakKB     int64
-	peakLive   float64 // bytes
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+	exitErr  error
+	peakKB   int64
+	peakLive float64 // bytes
+	// gen counts ResetPeak calls: a sample read before a reset and stored
+	// after it would carry the old peak into the new measurement.
+	gen        int
 	starts     int
 	kills      int
 	logFile    *os.File
@@ -102,9 +105,12 @@ func (p *Proc) Start() error {
 func (p *Proc) sampleLive(url string, done, stop <-chan struct{}) {
 	client := &http.Client{Timeout: 900 * time.Millisecond}
 	every(time.Second, false, done, stop, func() {
+		gen := p.generation()
 		if v, err := scrapeGauge(client, url, "go_gc_heap_live_bytes"); err == nil {
 			p.mu.Lock()
-			p.peakLive = max(p.peakLive, v)
+			if p.gen == gen {
+				p.peakLive = max(p.peakLive, v)
+			}
 			p.mu.Unlock()
 		}
 	})
@@ -168,15 +174,22 @@ func (p *Proc) sample(pid int, done, stop <-chan struct{}) {
 }
 
 func (p *Proc) record(pid int) {
+	gen := p.generation()
 	kb, err := PeakRSSKB(pid)
 	if err != nil {
 		return
 	}
 	p.mu.Lock()
-	if kb > p.peakKB {
+	if p.gen == gen && kb > p.peakKB {
 		p.peakKB = kb
 	}
 	p.mu.Unlock()
+}
+
+func (p *Proc) generation() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
 }
 
 // Pid is the running child's pid, 0 when none runs.
@@ -286,17 +299,18 @@ func (p *Proc) PeakRSSMB() float64 {
 // the kernel refuses; the recorded peak is forgotten either way, so a
 // caller that goes on reads the peak since the child started.
 func (p *Proc) ResetPeak() error {
+	var err error
+	if pid := p.Pid(); pid != 0 {
+		if werr := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0); werr != nil {
+			err = fmt.Errorf("reset the peak RSS of %s: %w", p.Name, werr)
+		}
+	}
+	// After the kernel's reset: samples taken before it are dropped (gen).
 	p.mu.Lock()
 	p.peakKB, p.peakLive = 0, 0
+	p.gen++
 	p.mu.Unlock()
-	pid := p.Pid()
-	if pid == 0 {
-		return nil
-	}
-	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0); err != nil {
-		return fmt.Errorf("reset the peak RSS of %s: %w", p.Name, err)
-	}
-	return nil
+	return err
 }
 
 // Starts and Kills count the lives started and the SIGKILLs sent.
