@@ -131,7 +131,11 @@ func printE2E(w io.Writer, r *e2e.Result) {
 	} else {
 		row(fmt.Sprintf("storm (%.2g %% malformed)", r.Storm.MalformedPct), "%10.0f events/s vs clean %.0f: ratio %.3f; dlq %d/%d %v",
 			r.Storm.E2EEventsPerS, r.Storm.CleanPerS, r.Storm.RateRatio, r.Storm.DLQRows, r.Storm.MalformedSent, r.Storm.DLQByReason)
-		row("storm: clean before / after", "%10.0f / %.0f events/s (the clean rate above is their mean)", r.Storm.CleanBeforePerS, r.Storm.CleanAfterPerS)
+		if r.Storm.CleanAfterPerS > 0 {
+			row("storm: clean before / after", "%10.0f / %.0f events/s (the clean rate above is their mean)", r.Storm.CleanBeforePerS, r.Storm.CleanAfterPerS)
+		} else {
+			row("storm: clean before / after", "%10.0f / - events/s (no clean run after the storm: the ratio is to the run before)", r.Storm.CleanBeforePerS)
+		}
 	}
 	for _, g := range r.Goals {
 		met := "NOT MET"

@@ -227,10 +227,12 @@ type Latency struct {
 }
 
 // RSS is the children's peak resident memory in MiB. The 1x and 10x
-// figures come from the same paced load (RatePerS), 10x the events; the
-// backlog figures from the unpaced phases after them (latency and
-// throughput), where the processors hold what the log-time windows cover
-// at the producer's rate (see bench/README.md).
+// figures come from the same paced load (RatePerS), 10x the events; the 10x
+// figure is the peak since the children started (1x included). The backlog
+// figures are the peak over the phases after a reset (latency at
+// LatencyRate, then the unpaced throughput run), where the processors hold
+// what the log-time windows cover at the producer's rate (see
+// bench/README.md).
 type RSS struct {
 	Process1x  float64 `json:"process_1x"`
 	Process10x float64 `json:"process_10x"`

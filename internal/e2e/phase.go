@@ -325,8 +325,9 @@ func (b *bench) rejections(ctx context.Context, name string) string {
 }
 
 // quiesce waits, before a measured phase, until the work the previous one
-// left behind is done: the trainer has consumed every sample (hf-trainer's
-// lag is 0) and ClickHouse runs no background merge. It gives up after limit
+// left behind is done: the trainer has committed every sample (hf-trainer's
+// lag is 0; it commits at its checkpoints) and ClickHouse runs no background
+// merge in the pipeline's database. It gives up after limit
 // (the phase is then measured anyway) and reports what it waited for.
 func (b *bench) quiesce(ctx context.Context, name string, limit time.Duration) {
 	client := &kafka.Client{Addr: kafka.TCP(b.cl.Brokers()...), Timeout: 10 * time.Second}
@@ -334,7 +335,7 @@ func (b *bench) quiesce(ctx context.Context, name string, limit time.Duration) {
 	for {
 		lag, lerr := kafkax.GroupLag(ctx, client, "hf-trainer", schemas.TopicSamples)
 		var merges uint64
-		merr := b.cl.Conn().QueryRow(ctx, "SELECT count() FROM system.merges").Scan(&merges)
+		merr := b.cl.Conn().QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = "+quote(b.cl.Database())).Scan(&merges)
 		if lerr == nil && merr == nil && lag == 0 && merges == 0 {
 			if d := time.Since(start); d > time.Second {
 				b.pr("%s: waited %.1fs for the trainer and ClickHouse's merges to go idle", name, d.Seconds())

@@ -8,7 +8,7 @@ import (
 // scoreTable is a finished baseline's task_id → score map frozen into
 // sorted arrays: a done Pairer keeps its baseline for Config.Grace (a later
 // evolved cell of the key still pairs with it), and a map of the decoded
-// task id strings takes about three times the memory.
+// task id strings takes about twice the memory.
 type scoreTable struct {
 	ids  string    // the task ids, sorted, concatenated
 	ends []uint32  // ends[i] is where the i-th id ends in ids
