@@ -3,9 +3,11 @@ package fleet
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -62,11 +64,12 @@ func TestKillRestartStop(t *testing.T) {
 }
 
 func TestStopEscalatesToKill(t *testing.T) {
-	p := &Proc{Name: "stubborn", Bin: "/bin/sh", Args: []string{"-c", "trap '' TERM; while :; do sleep 0.05; done"}}
+	log := filepath.Join(t.TempDir(), "child.log")
+	p := &Proc{Name: "stubborn", Bin: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"}, LogPath: log}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitLog(t, log, 1) // the trap is set
 	err := p.Stop(300 * time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("Stop of a child ignoring SIGTERM: %v", err)
@@ -77,11 +80,12 @@ func TestStopEscalatesToKill(t *testing.T) {
 }
 
 func TestStopClean(t *testing.T) {
-	p := &Proc{Name: "clean", Bin: "/bin/sh", Args: []string{"-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done"}}
+	log := filepath.Join(t.TempDir(), "child.log")
+	p := &Proc{Name: "clean", Bin: "/bin/sh", Args: []string{"-c", "trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done"}, LogPath: log}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitLog(t, log, 1) // the trap is set
 	if err := p.Stop(5 * time.Second); err != nil {
 		t.Fatalf("clean stop: %v", err)
 	}
@@ -135,8 +139,10 @@ func TestHelperAllocThenFree(t *testing.T) {
 	}
 	b = nil
 	debug.FreeOSMemory()
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
 	fmt.Println("up")
-	time.Sleep(time.Minute)
+	<-stop // idle until the parent stops or kills it
 }
 
 // waitLog waits until the child log holds n lives' "up" lines.
