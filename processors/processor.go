@@ -93,7 +93,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 	p.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
-	parts, err := partitions(ctx, p.client, append(append([]string{}, CellTopics...), schemas.TopicCampaigns, schemas.TopicOutcomes)...)
+	parts, err := kafkax.Partitions(ctx, p.client, append(append([]string{}, CellTopics...), schemas.TopicCampaigns, schemas.TopicOutcomes)...)
 	if err != nil {
 		return err
 	}
@@ -692,25 +692,6 @@ func (p *Processor) setSize(key string, s partSize) {
 	p.m.stateCells.Set(float64(t.cells))
 	p.m.pending.Set(float64(t.pending))
 	p.m.statePairers.Set(float64(t.pairers))
-}
-
-// partitions returns the partition ids of each topic.
-func partitions(ctx context.Context, client *kafka.Client, topics ...string) (map[string][]int, error) {
-	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
-	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
-	out := map[string][]int{}
-	for _, t := range md.Topics {
-		if t.Error != nil {
-			return nil, fmt.Errorf("metadata of %s: %w", t.Name, t.Error)
-		}
-		for _, pt := range t.Partitions {
-			out[t.Name] = append(out[t.Name], pt.ID)
-		}
-		sort.Ints(out[t.Name])
-	}
-	return out, nil
 }
 
 // committedOf returns group's committed offset of partition id of each

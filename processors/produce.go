@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 )
 
 // outWriter writes one flush's outputs: one Produce request per topic
@@ -62,7 +64,7 @@ func (w *outWriter) partCounts(ctx context.Context, msgs []kafka.Message) (map[s
 	for t := range w.counts {
 		topics = append(topics, t)
 	}
-	parts, err := partitions(ctx, w.client, topics...)
+	parts, err := kafkax.Partitions(ctx, w.client, topics...)
 	if err != nil {
 		return nil, err
 	}

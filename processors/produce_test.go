@@ -57,7 +57,7 @@ func TestOutWriterRoutesLikeKafkaWriter(t *testing.T) {
 
 	// Twins of the output topics' partition counts for the reference writer.
 	ref := map[string]string{schemas.TopicOutcomes: "test.ref-outcomes", schemas.TopicDLQ: "test.ref-dlq"}
-	parts, err := partitions(ctx, client, schemas.TopicOutcomes, schemas.TopicDLQ)
+	parts, err := kafkax.Partitions(ctx, client, schemas.TopicOutcomes, schemas.TopicDLQ)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,24 +3,41 @@ package kafkax
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/segmentio/kafka-go"
 )
 
-// EndOffsets returns the end offset (high watermark) of every partition of
-// the topics, by topic and partition.
-func EndOffsets(ctx context.Context, client *kafka.Client, topics ...string) (map[string]map[int]int64, error) {
+// Partitions returns the partition ids of each topic, sorted.
+func Partitions(ctx context.Context, client *kafka.Client, topics ...string) (map[string][]int, error) {
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
 	if err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	out := map[string][]int{}
 	for _, t := range md.Topics {
 		if t.Error != nil {
 			return nil, fmt.Errorf("metadata of %s: %w", t.Name, t.Error)
 		}
 		for _, p := range t.Partitions {
-			req.Topics[t.Name] = append(req.Topics[t.Name], kafka.LastOffsetOf(p.ID))
+			out[t.Name] = append(out[t.Name], p.ID)
+		}
+		sort.Ints(out[t.Name])
+	}
+	return out, nil
+}
+
+// EndOffsets returns the end offset (high watermark) of every partition of
+// the topics, by topic and partition.
+func EndOffsets(ctx context.Context, client *kafka.Client, topics ...string) (map[string]map[int]int64, error) {
+	parts, err := Partitions(ctx, client, topics...)
+	if err != nil {
+		return nil, err
+	}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for t, ids := range parts {
+		for _, id := range ids {
+			req.Topics[t] = append(req.Topics[t], kafka.LastOffsetOf(id))
 		}
 	}
 	res, err := client.ListOffsets(ctx, req)
