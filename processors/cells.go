@@ -157,9 +157,20 @@ func (c *cells) drain(out *sink, now time.Time) {
 }
 
 // tick runs the wall-clock timeouts of an idle partition.
+//
+// A held cell_finished is over its hold once FinishHold has passed since it
+// was read, or since the log time it was held at: on a partition at its end,
+// the next message a producer writes is stamped no earlier than now, so now
+// stands in for the log clock the busy path uses (process). The second
+// condition is what ends the holds at once when a backlog drains: finishes
+// read late were stamped long ago, and their late siblings had the whole
+// backlog's time to reach the log. Producer clocks behind this one's
+// shorten the hold by their skew, as they already do on the log clock.
 func (c *cells) tick(out *sink, now time.Time) {
 	c.expire(func(p *pendItem) bool { return p.sinceWall.Add(c.cfg.PendingTimeout).Before(now) }, true, out)
-	c.releaseHolds(func(p *pendItem) bool { return p.sinceWall.Add(c.cfg.FinishHold).Before(now) }, true, out, now)
+	c.releaseHolds(func(p *pendItem) bool {
+		return p.sinceWall.Add(c.cfg.FinishHold).Before(now) || p.sinceLog.Add(c.cfg.FinishHold).Before(now)
+	}, true, out, now)
 	c.evict(now)
 }
 

@@ -70,7 +70,8 @@ type Config struct {
 	MergeIdle time.Duration
 	// FinishHold is how long stage A holds an admissible cell_finished
 	// before it admits it, measured on the partition's log clock (and on
-	// the wall clock while the partition is idle): the cell's updates, skill
+	// the wall clock while the partition is idle, counted from when it was
+	// read or from its log time, whichever ends first): the cell's updates, skill
 	// events and judgments that reach the log late (a producer's retries, a
 	// sibling topic's head stamped later by another producer) are still
 	// admitted before the finish, so a last-round update keeps its sample.

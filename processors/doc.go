@@ -44,7 +44,9 @@
 // cell's events keep their order through transient broker errors.
 //
 // An admissible cell_finished is held Config.FinishHold (on the log clock,
-// and on the wall clock while the partition is idle) before it is admitted;
+// and on the wall clock while the partition is idle: from when it was read,
+// or from the log time it was held at, whichever ends first, so a backlog
+// that drains does not hold its last finishes again) before it is admitted;
 // only that cell waits, not the partition. Updates, skill events and
 // judgments of the cell that reach the log late (a producer's retries, or a
 // sibling stream whose head another producer stamped later) are admitted

@@ -298,3 +298,59 @@ func TestFinishWaitsForLateAttempts(t *testing.T) {
 		t.Errorf("derived %d events, want %d", len(got), len(want))
 	}
 }
+
+// TestIdleTickEndsHoldsByLogTime reads a campaign's stream twice, once as it
+// is written and once a minute behind it (a drained backlog), and ticks the
+// idle partition right after its last message. A finish read fresh is held
+// Config.FinishHold; one read a minute after its log time was already held
+// that long in the log, so the idle tick admits it at once.
+func TestIdleTickEndsHoldsByLogTime(t *testing.T) {
+	recs := encodeRecords(t, gen.Generate(gen.Config{Seed: 13}))
+	var last time.Time
+	for _, r := range recs {
+		if r.msg.Time.After(last) {
+			last = r.msg.Time
+		}
+	}
+	const hold = 5 * time.Second
+	read := func(lag time.Duration) (*local, int) {
+		l := newLocal(t, Config{MinPairs: 2, FinishHold: hold})
+		var derived []kafka.Message
+		for _, r := range recs {
+			l.feed(r.topic, r.msg, last.Add(lag), &derived)
+		}
+		if len(l.a.holds) == 0 {
+			t.Fatal("no cell_finished held at the end of the stream: the test needs one")
+		}
+		return l, len(l.a.holds)
+	}
+	finishes := func(out *sink) int {
+		n := 0
+		for _, m := range out.msgs {
+			if ev, err := schemas.Decode(m.Value); err == nil {
+				if _, ok := ev.(*schemas.CellFinished); ok && m.Topic == schemas.TopicOutcomes {
+					n++
+				}
+			}
+		}
+		return n
+	}
+
+	fresh, held := read(0)
+	var out sink
+	fresh.a.tick(&out, last)
+	if len(fresh.a.holds) != held || finishes(&out) != 0 {
+		t.Fatalf("fresh stream, idle at once: %d of %d holds left, %d finishes admitted; want all held", len(fresh.a.holds), held, finishes(&out))
+	}
+	fresh.a.tick(&out, last.Add(hold+time.Millisecond))
+	if len(fresh.a.holds) != 0 || finishes(&out) != held {
+		t.Fatalf("fresh stream, idle for the hold: %d holds left, %d of %d finishes admitted", len(fresh.a.holds), finishes(&out), held)
+	}
+
+	behind, held := read(time.Minute)
+	out.reset()
+	behind.a.tick(&out, last.Add(time.Minute))
+	if len(behind.a.holds) != 0 || finishes(&out) != held {
+		t.Fatalf("stream read a minute late: %d holds left, %d of %d finishes admitted at the first idle tick", len(behind.a.holds), finishes(&out), held)
+	}
+}
