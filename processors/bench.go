@@ -43,6 +43,8 @@ type BenchConfig struct {
 	MemProfile io.Writer
 	// FetchMaxBytes is the processor's Config.FetchMaxBytes (0: default).
 	FetchMaxBytes int
+	// OutcomeBatch is the processor's Config.OutcomeBatch (0: default).
+	OutcomeBatch int
 	// Relay also measures the plumbing the two stages stand on, with no
 	// processing: a kafka-go group reader over the raw cell topics hands
 	// every message to a kafka-go Writer into a scratch topic shaped like
@@ -186,7 +188,7 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 	// doc.go), it would only add a fixed wait at the log's end (2s by
 	// default) to a throughput measurement.
 	p, err := New(Config{Brokers: bc.Brokers, Group: fmt.Sprintf("bench-%d", stamp), StopWhenCaughtUp: true,
-		MergeIdle: benchMergeIdle, FetchMaxBytes: bc.FetchMaxBytes}, WithLogger(bc.Log))
+		MergeIdle: benchMergeIdle, FetchMaxBytes: bc.FetchMaxBytes, OutcomeBatch: bc.OutcomeBatch}, WithLogger(bc.Log))
 	if err != nil {
 		return nil, err
 	}

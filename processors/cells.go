@@ -5,8 +5,6 @@ import (
 
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/harnessflow/harnessflow/processors/score"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -202,9 +200,8 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink) {
 		return
 	}
 	c.m.admitted.Inc()
-	out.msgs = append(out.msgs, kafka.Message{Topic: schemas.TopicOutcomes, Key: cs.key, Value: m.value, Time: m.ts})
+	out.addOutcome(cs.key, m.value, m.ts, c.cfg.OutcomeBatch)
 	out.admitted = append(out.admitted, evEntry{value: m.value, ev: m.ev})
-	out.outcomes++
 }
 
 func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {

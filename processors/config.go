@@ -51,6 +51,11 @@ type Config struct {
 	// BatchSize is the most input messages processed between two
 	// write-then-commit points of a partition. Default: 2000.
 	BatchSize int
+	// OutcomeBatch is the most admitted events stage A packs into one
+	// hf.outcomes record: the events of one pairing key within one batch,
+	// in order (outbatch.go). 1 writes one record per event, unframed, as
+	// versions before batching did; stage B reads both. Default: 64.
+	OutcomeBatch int
 	// FetchMaxBytes caps one fetch response per topic partition. Each stream
 	// holds at most the fetch being merged and one read ahead, decoded, so
 	// this bounds the input buffers under a backlog. Default: 256 KiB.
@@ -134,6 +139,9 @@ func (c *Config) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = 2000
 	}
+	if c.OutcomeBatch == 0 {
+		c.OutcomeBatch = 64
+	}
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 256 << 10
 	}
@@ -193,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchSize < 1 {
 		bad("batch size %d < 1", c.BatchSize)
+	}
+	if c.OutcomeBatch < 1 {
+		bad("outcome batch %d < 1", c.OutcomeBatch)
 	}
 	if c.HeartbeatInterval >= c.SessionTimeout {
 		bad("heartbeat interval %v must be below session timeout %v", c.HeartbeatInterval, c.SessionTimeout)

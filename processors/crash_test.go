@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"os"
 	"os/exec"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,4 +188,87 @@ func progressTotal(t *testing.T, addr string) int64 {
 		}
 	}
 	return n
+}
+
+// TestCommitInsideBatchedRecordLosesNothing puts each pairing key's outcomes
+// in one batched hf.outcomes record, so stage B's first commit (BatchSize 5)
+// falls inside a record, then crashes right after that commit, abandoning the
+// rest, and restarts: the record must be read again whole. Committing a
+// record's offset with its first events would lose the samples and round
+// metrics its later events derive.
+func TestCommitInsideBatchedRecordLosesNothing(t *testing.T) {
+	want := reference(t)
+	c := testCampaign()
+
+	// Stage A's outcomes of the campaign, per key in order (as in local).
+	acfg := Config{Brokers: []string{"unused:9092"}, MinPairs: 2}
+	acfg.setDefaults()
+	a := newCells(&acfg, newMetrics())
+	var out sink
+	off := map[string]int64{}
+	now := time.Now()
+	for _, r := range encodeRecords(t, c) {
+		m := &inMsg{topic: r.topic, offset: off[r.topic], ts: r.msg.Time, key: r.msg.Key, value: r.msg.Value}
+		off[r.topic]++
+		decodeMsg(m, acfg.Limits)
+		a.process(m, true, &out, now)
+	}
+	a.drain(&out, now)
+	var recs sink
+	for _, o := range out.msgs {
+		if o.Topic != schemas.TopicOutcomes {
+			t.Fatalf("stage A wrote %s for a clean campaign", o.Topic)
+		}
+		vs, ts := outcomeValues(t, o)
+		for i, v := range vs {
+			recs.addOutcome(o.Key, v, ts[i], 1<<20)
+		}
+	}
+	if len(recs.msgs) == 0 || recs.outcomes < 10*len(recs.msgs) {
+		t.Fatalf("%d outcomes in %d records: the test needs records far longer than a batch", recs.outcomes, len(recs.msgs))
+	}
+
+	addr := startBroker(t)
+	msgs, err := c.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, addr, map[string][]kafka.Message{schemas.TopicCampaigns: msgs[schemas.TopicCampaigns], schemas.TopicOutcomes: recs.msgs})
+
+	cfg := testConfig(addr, "midrecord")
+	cfg.BatchSize = 5
+	cfg.DrainTimeout = -1
+	committed := make(chan Progress, 1)
+	release := make(chan struct{})
+	var once sync.Once
+	stop, errc := startProc(t, cfg, WithProgress(func(p Progress) {
+		if p.Group != PairGroup(cfg.Group) {
+			return
+		}
+		once.Do(func() {
+			committed <- p
+			<-release // hold the flush goroutine: nothing after this commit is written
+		})
+	}))
+	var first Progress
+	select {
+	case first = <-committed:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("stage B never committed")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(100 * time.Millisecond) // let the cancel reach the run before the flush returns
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("crashed after stage B committed %s/%d at %d", first.Topic, first.Partition, first.Offset)
+
+	_, errc = startProc(t, testConfig(addr, "midrecord"))
+	waitCaughtUp(t, addr, "midrecord", 90*time.Second, errc)
+	got, _ := readDerived(t, addr)
+	diffSets(t, want, got)
 }

@@ -90,7 +90,12 @@
 //
 // Admitted events go to hf.outcomes unchanged (same bytes), keyed by the
 // pairing key "project/campaign_id/benchmark/agent_model/seed", so a cell's
-// events keep their merged order there, cell_started first.
+// events keep their merged order there, cell_started first. The events of
+// one key within one batch travel in one record, in order, each with its
+// raw message's timestamp (at most Config.OutcomeBatch events and 1 MiB per
+// record; outbatch.go has the framing), so both stages pay Kafka's
+// per-record work once per record; with OutcomeBatch 1 each event is a
+// record of its own, unframed, as before batching. Stage B reads both.
 //
 // Pending events (before their cell_started, or before the update that
 // introduces their version) are bounded per partition by Config.PendingMax
@@ -107,7 +112,14 @@
 // a declaration arrives or changes) and Config.MinPairs, Config.Lambda.
 // Events of a cell whose cell_started has not reached the Pairer are held
 // until it does. Outputs go to hf.samples and hf.round-metrics (key cell_id),
-// with the ids the scorer derives. An hf.outcomes message whose exact bytes
+// with the ids the scorer derives. A batched record is read as its events,
+// all at the record's offset: the offset is consumed (committed) only with
+// the record's last event, so a commit that falls inside a record leaves it
+// to be read again whole (TestCommitInsideBatchedRecordLosesNothing), and
+// a dead letter of a later event of a record gets an id apart from the
+// first's (the coordinates it hashes are the record's). A record whose
+// framing does not parse is dead-lettered whole (stage decode, malformed).
+// An hf.outcomes event whose exact bytes
 // this process's stage A admitted moments before is not decoded a second
 // time: stage A hands the decoded event over in a small bounded cache
 // (evCache, byte-for-byte match; any other message is decoded as usual).

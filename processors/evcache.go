@@ -125,13 +125,18 @@ func (c *evCache) take(ms []*inMsg, hit []bool) {
 func decodeAll(ms []*inMsg, lim schemas.Limits, cache *evCache) {
 	if cache == nil {
 		for _, m := range ms {
-			decodeMsg(m, lim)
+			if m.rej == nil {
+				decodeMsg(m, lim)
+			}
 		}
 		return
 	}
 	hit := make([]bool, len(ms))
 	cache.take(ms, hit)
 	for i, m := range ms {
+		if m.rej != nil {
+			continue // rejected before decoding (a damaged hf.outcomes record)
+		}
 		if !hit[i] || len(m.value) > lim.Event {
 			m.ev = nil
 			decodeMsg(m, lim)

@@ -25,6 +25,7 @@ type local struct {
 	peakA int
 	peakB int
 	track bool // measure peak state sizes (costly)
+	t     testing.TB
 }
 
 func newLocal(t testing.TB, cfg Config) *local {
@@ -36,7 +37,7 @@ func newLocal(t testing.TB, cfg Config) *local {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	l := &local{cfg: cfg, off: map[string]int64{}, cache: newEvCache()}
+	l := &local{cfg: cfg, off: map[string]int64{}, cache: newEvCache(), t: t}
 	m := newMetrics()
 	l.a = newCells(&l.cfg, m)
 	l.b = newPairs(&l.cfg, m, newCampaignTable())
@@ -78,12 +79,15 @@ func (l *local) route(now time.Time, derived *[]kafka.Message) {
 			*derived = append(*derived, o)
 			continue
 		}
-		om := &inMsg{topic: o.Topic, offset: l.off[o.Topic], ts: o.Time, key: o.Key, value: o.Value}
+		vs, ts := outcomeValues(l.t, o)
+		for i, v := range vs {
+			om := &inMsg{topic: o.Topic, offset: l.off[o.Topic], ts: ts[i], key: o.Key, value: v, sub: i, more: i < len(vs)-1}
+			decodeAll([]*inMsg{om}, l.cfg.Limits, l.cache) // as stage B's fetcher does
+			l.outB.reset()
+			l.b.process(om, true, &l.outB, now)
+			*derived = append(*derived, l.outB.msgs...)
+		}
 		l.off[o.Topic]++
-		decodeAll([]*inMsg{om}, l.cfg.Limits, l.cache) // as stage B's fetcher does
-		l.outB.reset()
-		l.b.process(om, true, &l.outB, now)
-		*derived = append(*derived, l.outB.msgs...)
 	}
 	if !l.track {
 		return

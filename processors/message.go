@@ -1,7 +1,10 @@
 package processors
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -26,6 +29,11 @@ type inMsg struct {
 	// merged, so what it derives was never acknowledged and committed
 	// (false while the state is rebuilt from the log).
 	emit bool
+	// sub is the event's index in a batched hf.outcomes record (stage B),
+	// and more says events of the same record follow it: the record's
+	// offset is consumed only with its last event.
+	sub  int
+	more bool
 }
 
 // decodeMsg fills m.ev or m.rej from m.value.
@@ -59,6 +67,9 @@ type sink struct {
 	admitted []evEntry
 	// counts by output kind, for metrics and logs.
 	outcomes, rejected, samples, rounds int
+	// open is the hf.outcomes record each pairing key is filling in this
+	// batch (addOutcome).
+	open map[string]openOutcome
 }
 
 func (s *sink) reset() {
@@ -69,6 +80,7 @@ func (s *sink) reset() {
 	clear(s.admitted)
 	s.admitted = s.admitted[:0]
 	s.outcomes, s.rejected, s.samples, s.rounds = 0, 0, 0, 0
+	clear(s.open)
 }
 
 // deadLetter builds the dead letter of m: a schemas.Rejected whose event_id
@@ -94,6 +106,10 @@ func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 		rec.Project = m.ev.Header().Project
 	}
 	rec.EventID = rejectedID(rec)
+	if m.sub > 0 {
+		// Events of one batched hf.outcomes record share its coordinates.
+		rec.EventID = subID(rec.EventID, m.sub)
+	}
 	b, err := schemas.Encode(rec)
 	if err != nil {
 		return kafka.Message{}, err
@@ -104,3 +120,11 @@ func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 // rejectedID is schemas.DeriveEventID of the dead letter, which hashes its
 // source coordinates (topic, partition, offset).
 func rejectedID(rec *schemas.Rejected) string { return schemas.DeriveEventID(rec) }
+
+// subID is the dead-letter id of the sub-th event (sub > 0) of a batched
+// hf.outcomes record whose coordinates derive id: deterministic, and apart
+// from the first event's.
+func subID(id string, sub int) string {
+	h := sha256.Sum256([]byte(id + "/" + strconv.Itoa(sub)))
+	return hex.EncodeToString(h[:16])
+}

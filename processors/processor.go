@@ -357,7 +357,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	for i, s := range w.streams {
 		f := &fetcher{client: p.client, cfg: cfg, topic: s.topic, part: w.part, idx: i, decode: true}
 		if w.stage == stageB {
-			f.cache = p.cache
+			f.cache, f.split = p.cache, true
 		}
 		go f.run(ctx, -1, s.want, ch)
 		s.want <- struct{}{}
@@ -449,7 +449,11 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 			m := best.head()
 			best.lastTS = m.ts
 			best.pos++
-			best.consumed = m.offset + 1
+			if best.consumed = m.offset + 1; m.more {
+				// A batched hf.outcomes record is consumed with its last
+				// event: a commit between its events re-reads it whole.
+				best.consumed = m.offset
+			}
 			if best.pos == len(best.buf) {
 				best.buf, best.pos = nil, 0
 				if len(best.queued) > 0 {

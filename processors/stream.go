@@ -37,6 +37,9 @@ type fetcher struct {
 	idx    int
 	decode bool
 	cache  *evCache // events this process admitted (stage B); nil: none
+	// split: the topic is hf.outcomes, whose batched records are read as
+	// their events (outbatch.go).
+	split bool
 	// started: a fetch answered. The first fetch does not wait at the broker
 	// (an empty partition answers at once, with its high watermark), so that
 	// a stage knows without FetchWait's delay which streams are at their end.
@@ -154,8 +157,32 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 		if err != nil {
 			return fetched{}, err
 		}
-		out.msgs = append(out.msgs, m)
 		out.next = r.Offset + 1
+		if f.split && isOutcomeBatch(m.value) {
+			rec := *m
+			slab = slab[:len(slab)-1]
+			first := len(out.msgs)
+			err := splitOutcomes(rec.value, func(ts time.Time, ev []byte) {
+				if len(slab) == cap(slab) {
+					slab = make([]inMsg, 0, min(max(2*cap(slab), 64), 4096))
+				}
+				sub := rec
+				sub.ts, sub.value, sub.sub, sub.more = ts, ev, len(out.msgs)-first, true
+				slab = append(slab, sub)
+				out.msgs = append(out.msgs, &slab[len(slab)-1])
+			})
+			if err != nil {
+				// Not a record stage A wrote: dead-letter it whole.
+				clear(out.msgs[first:])
+				out.msgs = out.msgs[:first]
+				rec.rej = reject(schemas.StageDecode, schemas.CodeMalformed, "%v", err)
+				out.msgs = append(out.msgs, &rec)
+				continue
+			}
+			out.msgs[len(out.msgs)-1].more = false
+			continue
+		}
+		out.msgs = append(out.msgs, m)
 	}
 	if f.decode {
 		decodeAll(out.msgs, f.cfg.Limits, f.cache)

@@ -89,6 +89,7 @@ messages per relayed record, to see what batching hf.outcomes would buy.`,
 	cmd.Flags().Int64Var(&bc.Seed, "seed", 1, "campaign seed")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the process phase to this file (go tool pprof)")
 	cmd.Flags().IntVar(&bc.FetchMaxBytes, "fetch-max-bytes", 0, "the processor's --fetch-max-bytes (0: its default)")
+	cmd.Flags().IntVar(&bc.OutcomeBatch, "outcome-batch", 0, "the processor's --outcome-batch (0: its default; 1: one hf.outcomes record per event)")
 	cmd.Flags().BoolVar(&bc.Relay, "relay", false, "also measure the read -> write -> read relay floor under both stages")
 	cmd.Flags().IntVar(&bc.RelayBatch, "relay-batch", 1, "raw messages packed into one relayed record (what batching hf.outcomes records would buy); packing restarts at each write of 2000 messages, so K above 2000 acts as 2000")
 	cmd.Flags().StringVar(&memprofile, "memprofile", "", "write a pprof heap profile taken near the process phase's peak heap to this file, and print the peak")

@@ -1,0 +1,110 @@
+package processors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// An hf.outcomes record packs the admitted events of one pairing key from one
+// flush of stage A, in their merged order: the Kafka work of both stages is
+// then paid per record, not per event (bench process --relay-batch measures
+// what that buys). The value is
+//
+//	"HFB\x01" then, per event: uvarint(len(event)) varint(timestamp, unix ms) event
+//
+// where event is the raw message's value, unchanged (Avro single-object
+// encoding, which starts with 0xC3 0x01, never with "H"), and the timestamp is
+// the raw message's. Stage B reads a record whose value does not start with
+// the marker as one event (records written with Config.OutcomeBatch 1, or by
+// an earlier version).
+var outcomeBatchMagic = []byte("HFB\x01")
+
+// outcomeBatchMaxBytes bounds a batched record's value; an event larger than
+// that goes in a record of its own.
+const outcomeBatchMaxBytes = 1 << 20
+
+// errOutcomeFraming is a batched hf.outcomes record that does not parse.
+var errOutcomeFraming = errors.New("hf.outcomes batch framing")
+
+// isOutcomeBatch reports whether v is a batched hf.outcomes value.
+func isOutcomeBatch(v []byte) bool { return bytes.HasPrefix(v, outcomeBatchMagic) }
+
+// appendOutcome appends one event to a batched value (which must already
+// start with outcomeBatchMagic).
+func appendOutcome(dst []byte, ts time.Time, ev []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ev)))
+	dst = binary.AppendVarint(dst, ts.UnixMilli())
+	return append(dst, ev...)
+}
+
+// splitOutcomes calls fn for each event of a batched value, in order; the
+// event slices alias v. It returns an error wrapping errOutcomeFraming when v
+// does not parse (fn may have been called for the events before the damage).
+func splitOutcomes(v []byte, fn func(ts time.Time, ev []byte)) error {
+	if !isOutcomeBatch(v) {
+		return fmt.Errorf("%w: no batch marker", errOutcomeFraming)
+	}
+	rest := v[len(outcomeBatchMagic):]
+	if len(rest) == 0 {
+		return fmt.Errorf("%w: no event", errOutcomeFraming)
+	}
+	for at := len(outcomeBatchMagic); len(rest) > 0; at = len(v) - len(rest) {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 {
+			return fmt.Errorf("%w: bad length at byte %d", errOutcomeFraming, at)
+		}
+		rest = rest[k:]
+		ms, k := binary.Varint(rest)
+		if k <= 0 {
+			return fmt.Errorf("%w: bad timestamp at byte %d", errOutcomeFraming, at)
+		}
+		rest = rest[k:]
+		if n > uint64(len(rest)) {
+			return fmt.Errorf("%w: event of %d bytes at byte %d overruns the record", errOutcomeFraming, n, at)
+		}
+		fn(time.UnixMilli(ms), rest[:n:n])
+		rest = rest[n:]
+	}
+	return nil
+}
+
+// openOutcome is the batched record a flush is filling for one pairing key.
+type openOutcome struct {
+	idx int // in sink.msgs
+	n   int // events in it
+}
+
+// addOutcome adds an admitted event to the batch's hf.outcomes output: to the
+// record its key already has in this flush while that holds fewer than max
+// events and stays within outcomeBatchMaxBytes, else to a new record. max 1
+// writes the event as a record of its own, unframed.
+func (s *sink) addOutcome(key []byte, value []byte, ts time.Time, max int) {
+	s.outcomes++
+	if max <= 1 {
+		s.msgs = append(s.msgs, kafka.Message{Topic: schemas.TopicOutcomes, Key: key, Value: value, Time: ts})
+		return
+	}
+	if o, ok := s.open[string(key)]; ok && o.n < max && len(s.msgs[o.idx].Value)+len(value)+2*binary.MaxVarintLen64 <= outcomeBatchMaxBytes {
+		m := &s.msgs[o.idx]
+		m.Value = appendOutcome(m.Value, ts, value)
+		if ts.After(m.Time) {
+			m.Time = ts
+		}
+		s.open[string(key)] = openOutcome{idx: o.idx, n: o.n + 1}
+		return
+	}
+	if s.open == nil {
+		s.open = map[string]openOutcome{}
+	}
+	v := make([]byte, 0, min(len(outcomeBatchMagic)+8*(len(value)+8), outcomeBatchMaxBytes))
+	v = appendOutcome(append(v, outcomeBatchMagic...), ts, value)
+	s.msgs = append(s.msgs, kafka.Message{Topic: schemas.TopicOutcomes, Key: key, Value: v, Time: ts})
+	s.open[string(key)] = openOutcome{idx: len(s.msgs) - 1, n: 1}
+}
