@@ -37,7 +37,10 @@ type cellState struct {
 	// their count reaches its attempts field. Dropped when the cell finishes.
 	attempts map[string]struct{}
 	// heldFinish: a cell_finished waits in the pending buffer.
-	heldFinish bool
+	// finishTimedOut: it waited the pending timeout and is admitted with
+	// the attempts it got (the rest never came, or were dead-lettered).
+	heldFinish     bool
+	finishTimedOut bool
 	// holdID is the event id of the cell_finished in holds; holdDone: its
 	// hold is over, the finish is admitted when processed again.
 	holdID   string
@@ -293,7 +296,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 			c.releaseFinish(id, emit, out, now)
 		}
 	case *schemas.CellFinished:
-		if !cs.finished && (c.pending.hasVersionWaiters(id) || int64(len(cs.attempts)) < ev.Attempts) {
+		if !cs.finished && !cs.finishTimedOut && (c.pending.hasVersionWaiters(id) || int64(len(cs.attempts)) < ev.Attempts) {
 			// Attempts of the cell have not all been admitted: some wait for
 			// the update that introduces their version, or are still on their
 			// way on hf.attempts (each topic reaches the broker on its own).
@@ -372,8 +375,12 @@ func (c *cells) expire(due func(*pendItem) bool, emit bool, out *sink) {
 
 func (c *cells) expired(p *pendItem, why string, emit bool, out *sink) {
 	if p.version == finishVersion {
-		// The finish waited long enough: process it; it dead-letters the
-		// attempts still waiting for a version.
+		// The finish waited long enough: process it, without waiting
+		// again (it would be due again at once, forever); it dead-letters
+		// the attempts still waiting for a version.
+		if cs := c.byID[p.cell]; cs != nil {
+			cs.finishTimedOut = true
+		}
 		c.semantic(p.m, emit, out, p.sinceWall)
 		return
 	}

@@ -360,3 +360,67 @@ func TestIdleTickEndsHoldsByLogTime(t *testing.T) {
 		t.Fatalf("stream read a minute late: %d holds left, %d of %d finishes admitted at the first idle tick", len(behind.a.holds), finishes(&out), held)
 	}
 }
+
+// TestFinishShortOfAttemptsTimesOut: a cell_finished that announces an
+// attempt that never comes waits for it only until the pending timeout, on
+// the wall clock of an idle partition and on the log clock, and is then
+// admitted once. (It used to wait again at once, forever: a partition that
+// spun in its idle tick and a processor that never stopped.)
+func TestFinishShortOfAttemptsTimesOut(t *testing.T) {
+	recs := encodeRecords(t, gen.Generate(gen.Config{Seed: 17}))
+	var cell string
+	var last time.Time
+	kept := recs[:0:0]
+	for _, r := range recs {
+		if r.msg.Time.After(last) {
+			last = r.msg.Time
+		}
+		ev, err := schemas.Decode(r.msg.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := ev.(*schemas.TaskAttempt); ok && cell == "" {
+			cell = a.CellID // drop this attempt: its cell's finish counts it
+			continue
+		}
+		kept = append(kept, r)
+	}
+	for _, clock := range []string{"wall", "log"} {
+		l := newLocal(t, Config{MinPairs: 2})
+		var derived []kafka.Message
+		for _, r := range kept {
+			l.feed(r.topic, r.msg, last, &derived)
+		}
+		if cs := l.a.byID[cell]; cs == nil || cs.finished || !cs.heldFinish {
+			t.Fatalf("%s: the finish of %s does not wait for its missing attempt", clock, cell)
+		}
+		later := last.Add(l.cfg.PendingTimeout + l.cfg.FinishHold + time.Second)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if clock == "wall" {
+				var out sink
+				l.a.tick(&out, later)
+				return
+			}
+			// Any message later in log time moves the log clock (here one
+			// of an unknown cell, which waits itself).
+			a := &schemas.TaskAttempt{Envelope: schemas.Envelope{EventID: "late", EventTime: later, Project: "p", Source: "s"},
+				CellID: "ghost", TaskID: "t", Cycle: 1, Attempt: 1, HarnessVersion: "h0", Status: schemas.StatusOK, Score: 1, Success: true}
+			b, err := schemas.Encode(a)
+			if err != nil {
+				panic(err)
+			}
+			l.feed(schemas.TopicAttempts, kafka.Message{Key: []byte("ghost"), Value: b, Time: later}, later, &derived)
+			l.feed(schemas.TopicAttempts, kafka.Message{Key: []byte("ghost"), Value: b, Time: later.Add(l.cfg.FinishHold + time.Second)}, later, &derived)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s clock: the timed-out finish did not come out of the pending buffer (the loop spins)", clock)
+		}
+		if cs := l.a.byID[cell]; cs == nil || !cs.finished {
+			t.Errorf("%s clock: cell %s not finished after the pending timeout", clock, cell)
+		}
+	}
+}
