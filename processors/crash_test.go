@@ -1,10 +1,12 @@
 package processors
 
 import (
+	"bytes"
 	"context"
 	"math/rand"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,37 +240,70 @@ func TestCommitInsideBatchedRecordLosesNothing(t *testing.T) {
 	cfg := testConfig(addr, "midrecord")
 	cfg.BatchSize = 5
 	cfg.DrainTimeout = -1
+	ctx, crash := context.WithCancel(context.Background())
+	defer crash()
 	committed := make(chan Progress, 1)
-	release := make(chan struct{})
 	var once sync.Once
-	stop, errc := startProc(t, cfg, WithProgress(func(p Progress) {
-		if p.Group != PairGroup(cfg.Group) {
+	p, err := New(cfg, WithLogger(testLogger(t)), WithProgress(func(pr Progress) {
+		if pr.Group != PairGroup(cfg.Group) {
 			return
 		}
 		once.Do(func() {
-			committed <- p
-			<-release // hold the flush goroutine: nothing after this commit is written
+			// Crash from inside the flush that committed: with DrainTimeout
+			// < 0 nothing after this commit is written or committed.
+			crash()
+			committed <- pr
 		})
 	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the processor did not stop within 60s")
+	}
 	var first Progress
 	select {
 	case first = <-committed:
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("stage B never committed")
-	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	time.Sleep(100 * time.Millisecond) // let the cancel reach the run before the flush returns
-	close(release)
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
+	default:
+		t.Fatal("the processor stopped before stage B committed")
 	}
 	t.Logf("crashed after stage B committed %s/%d at %d", first.Topic, first.Partition, first.Offset)
 
-	_, errc = startProc(t, testConfig(addr, "midrecord"))
+	_, errc := startProc(t, testConfig(addr, "midrecord"))
 	waitCaughtUp(t, addr, "midrecord", 90*time.Second, errc)
 	got, _ := readDerived(t, addr)
 	diffSets(t, want, got)
+}
+
+// TestDamagedOutcomeRecordIsDeadLettered: an hf.outcomes record with the
+// batch marker whose framing does not parse becomes one dead letter (stage
+// decode, malformed, its coordinates and payload), and the processor goes on.
+func TestDamagedOutcomeRecordIsDeadLettered(t *testing.T) {
+	addr := startBroker(t)
+	bad := append(append([]byte{}, outcomeBatchMagic...), 0x7f, 0x02, 'x') // 127 bytes announced, 1 there
+	produce(t, addr, map[string][]kafka.Message{schemas.TopicOutcomes: {{Key: []byte("p/c/b/a/1"), Value: bad}}})
+	_, errc := startProc(t, testConfig(addr, "damaged"))
+	waitCaughtUp(t, addr, "damaged", 60*time.Second, errc)
+	got, _ := readDerived(t, addr)
+	if len(got) != 1 {
+		t.Fatalf("derived %d events, want one dead letter", len(got))
+	}
+	for k, v := range got {
+		ev, err := schemas.Decode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := ev.(*schemas.Rejected)
+		if !ok || r.SourceTopic != schemas.TopicOutcomes || r.Stage != schemas.StageDecode || r.ReasonCode != schemas.CodeMalformed ||
+			!bytes.Equal(r.Payload, bad) || !strings.Contains(r.Message, "overruns") {
+			t.Errorf("%s: %+v, want a decode/malformed dead letter of the hf.outcomes record", k, ev)
+		}
+	}
 }

@@ -298,7 +298,13 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	// (at once when DrainTimeout < 0: a crash).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fctx, fcancel := context.WithCancel(context.Background())
+	fparent := context.Background()
+	if cfg.DrainTimeout < 0 {
+		// A crash: writes and commits end the moment the run does, not
+		// when the goroutine below gets to run.
+		fparent = runCtx
+	}
+	fctx, fcancel := context.WithCancel(fparent)
 	defer func() {
 		// Never leave a flush running behind the generation.
 		fcancel()

@@ -121,6 +121,9 @@ func (w *outWriter) write(ctx context.Context, msgs []kafka.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		return err // nothing of an abandoned flush goes out
+	}
 	counts, err := w.partCounts(ctx, msgs)
 	if err != nil {
 		return err
