@@ -165,7 +165,7 @@ type Result struct {
 	Machine Machine `json:"machine"`
 
 	// Events is the number of events of the throughput run (Config.Events,
-	// rounded to whole generated chunks).
+	// rounded up to whole generated chunks).
 	Events int `json:"events"`
 	// ProduceEventsPerS is the SDK's rate: events / (first Emit until
 	// Flush returned, every event acknowledged).

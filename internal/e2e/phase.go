@@ -23,8 +23,9 @@ type plan struct {
 	events int
 }
 
-// planFor sizes a campaign of about n events: 3 evolvers per agent, 10
-// rounds of up to 100 tasks, as many agents as n needs.
+// planFor sizes a campaign of at least n events (less than one agent's
+// worth more): 3 evolvers per agent, 10 rounds of up to 100 tasks, as many
+// agents as n needs, rounded up.
 func planFor(n int) plan {
 	c := gen.Config{Agents: 1, Evolvers: 3, Rounds: 10, TasksPerRound: 100}
 	per := len(gen.Generate(c).Records) - 1
@@ -32,8 +33,14 @@ func planFor(n int) plan {
 		c.TasksPerRound = max(2, c.TasksPerRound*n/per)
 		per = len(gen.Generate(c).Records) - 1
 	}
-	c.Agents = max(1, (n+per/2)/per)
-	return plan{cfg: c, events: len(gen.Generate(c).Records)}
+	// per events an agent, plus the campaign's declaration.
+	c.Agents = max(1, (n-1+per-1)/per)
+	events := len(gen.Generate(c).Records)
+	for events < n { // agents' event counts vary a little
+		c.Agents++
+		events = len(gen.Generate(c).Records)
+	}
+	return plan{cfg: c, events: events}
 }
 
 // chunk generates the k-th campaign of a phase.
