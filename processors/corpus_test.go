@@ -209,27 +209,53 @@ func TestBadInputCorpus(t *testing.T) {
 			t.Errorf("%s: hf_process_rejected_total{stage=%q,code=%q} = %v", b.name, b.stage, b.code, n)
 		}
 	}
+	// Fetches are counted with their records: every raw message processed
+	// was fetched, and hf.outcomes' batched records hold several events each.
+	for _, topic := range append(append([]string(nil), CellTopics...), schemas.TopicOutcomes) {
+		l := map[string]string{"topic": topic}
+		fetches, recs := promCounter(t, reg, "hf_process_fetches_total", l), promCounter(t, reg, "hf_process_fetched_records_total", l)
+		in := promCounter(t, reg, "hf_process_events_in_total", l)
+		if fetches < 1 || recs < 1 || in < 1 {
+			t.Errorf("%s: %v fetches, %v records, %v events in; want each counted", topic, fetches, recs, in)
+		}
+		if topic == schemas.TopicOutcomes && recs >= in {
+			t.Errorf("%s: %v records for %v events; want several events a record", topic, recs, in)
+		}
+		if topic != schemas.TopicOutcomes && recs < in {
+			t.Errorf("%s: %v records fetched, %v events processed", topic, recs, in)
+		}
+	}
 }
 
 // promRejected returns the value of hf_process_rejected_total{stage, code}.
 func promRejected(t *testing.T, reg *prometheus.Registry, stage, code string) float64 {
+	t.Helper()
+	return promCounter(t, reg, "hf_process_rejected_total", map[string]string{"stage": stage, "code": code})
+}
+
+// promCounter returns the value of the counter name{want} (0 when absent).
+func promCounter(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "hf_process_rejected_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	metric:
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["stage"] == stage && labels["code"] == code {
-				return m.GetCounter().GetValue()
+			for k, v := range want {
+				if labels[k] != v {
+					continue metric
+				}
 			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0

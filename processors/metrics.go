@@ -22,6 +22,8 @@ type metrics struct {
 	droppedOrphan prometheus.Counter
 	rebuilds      *prometheus.CounterVec // by stage
 	writeRetries  prometheus.Counter
+	fetches       *prometheus.CounterVec // by topic
+	fetchedRecs   *prometheus.CounterVec // by topic
 }
 
 func newMetrics() *metrics {
@@ -58,13 +60,17 @@ func newMetrics() *metrics {
 			Help: "Partition state rebuilds from offset 0, by stage."}, []string{"stage"}),
 		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_write_retries_total",
 			Help: "Output writes retried after an error."}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_fetches_total",
+			Help: "Fetch requests answered, by topic (with hf_process_fetched_records_total: records per fetch)."}, []string{"topic"}),
+		fetchedRecs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_fetched_records_total",
+			Help: "Kafka records fetched, by topic (a batched hf.outcomes record counts once)."}, []string{"topic"}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.eventsIn, m.admitted, m.rejectedBy, m.duplicates, m.samples,
 		m.roundMetrics, m.pending, m.stateCells, m.statePairers, m.commitLag, m.evictedCells, m.evictedPairs,
-		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries} {
+		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

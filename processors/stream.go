@@ -40,6 +40,8 @@ type fetcher struct {
 	// split: the topic is hf.outcomes, whose batched records are read as
 	// their events (outbatch.go).
 	split bool
+	// m counts fetches and records (nil: not counted).
+	m *metrics
 	// started: a fetch answered. The first fetch does not wait at the broker
 	// (an empty partition answers at once, with its high watermark), so that
 	// a stage knows without FetchWait's delay which streams are at their end.
@@ -183,6 +185,12 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 			continue
 		}
 		out.msgs = append(out.msgs, m)
+	}
+	if f.m != nil {
+		f.m.fetches.WithLabelValues(f.topic).Inc()
+		if recs := out.next - *offset; recs > 0 {
+			f.m.fetchedRecs.WithLabelValues(f.topic).Add(float64(recs))
+		}
 	}
 	if f.decode {
 		decodeAll(out.msgs, f.cfg.Limits, f.cache)
