@@ -140,7 +140,11 @@
 // cluster at most every 5s and after a failed write), so keys stay where
 // earlier versions put them. The batch is already the unit of work: a
 // kafka.Writer would only add a metadata look-up per call and a goroutine,
-// a timer and a BatchSize-long slice per partition batch.
+// a timer and a BatchSize-long slice per partition batch. A generation's
+// partitions commit through one coordinator connection, a request at a
+// time; commits that partitions submit while one is in flight go out
+// together as the next request (committer.go), so a flush waits for at most
+// two commit round trips however many partitions the member owns.
 //
 // State is rebuilt from the log: when partition p is assigned, its streams
 // are read from the log start; messages below the committed offset are

@@ -220,10 +220,10 @@ func (p *Processor) runGroup(ctx context.Context, stage string) error {
 		}
 		sort.Ints(ids)
 		p.log.Info().Str("group", group).Int32("generation", gen.ID).Ints("partitions", ids).Msg("assigned")
-		commitMu := &sync.Mutex{}
+		commits := newCommitter(gen.CommitOffsets)
 		for _, id := range ids {
 			newWork := func(offs map[string]int64) *partWork {
-				w := &partWork{p: p, stage: stage, group: group, gen: gen, part: id, commitMu: commitMu}
+				w := &partWork{p: p, stage: stage, group: group, gen: gen, part: id, commits: commits}
 				for i, t := range topics {
 					off, ok := offs[t]
 					if !ok {
@@ -283,7 +283,7 @@ type partWork struct {
 	gen       *kafka.Generation
 	part      int
 	streams   []*stream
-	commitMu  *sync.Mutex
+	commits   *committer // the generation's, shared by its partitions
 	// flushDone receives the result of the flush in flight (nil: none).
 	flushDone chan error
 }
@@ -361,7 +361,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 
 	ch := make(chan fetched, len(w.streams))
 	for i, s := range w.streams {
-		f := &fetcher{client: p.client, cfg: cfg, topic: s.topic, part: w.part, idx: i, decode: true}
+		f := &fetcher{client: p.client, cfg: cfg, topic: s.topic, part: w.part, idx: i, decode: true, m: p.m}
 		if w.stage == stageB {
 			f.cache, f.split = p.cache, true
 		}
@@ -662,10 +662,7 @@ func (w *partWork) flush(ctx context.Context, out *sink, processed int, commit m
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		w.commitMu.Lock()
-		err := w.gen.CommitOffsets(commit)
-		w.commitMu.Unlock()
-		if err != nil {
+		if err := w.commits.commit(commit); err != nil {
 			p.log.Warn().Err(err).Str("group", w.group).Int("partition", w.part).Msg("commit failed; the partition's work stops and starts again from the committed offsets")
 			return err
 		}

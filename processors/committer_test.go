@@ -1,0 +1,99 @@
+package processors
+
+import (
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestCommitterCoalesces: commits submitted while one is in flight go out
+// together as the next request (the highest offset per partition), and every
+// submitter returns once a request holding its offsets was answered, with
+// that request's error.
+func TestCommitterCoalesces(t *testing.T) {
+	var mu sync.Mutex
+	var sent []map[string]map[int]int64
+	inFlight, release := make(chan struct{}), make(chan error)
+	c := newCommitter(func(offs map[string]map[int]int64) error {
+		mu.Lock()
+		sent = append(sent, offs)
+		mu.Unlock()
+		inFlight <- struct{}{}
+		return <-release
+	})
+
+	first := make(chan error, 1)
+	go func() { first <- c.commit(map[string]map[int]int64{"a": {0: 10}}) }()
+	<-inFlight // the first request is in flight
+
+	// Five more, while it is: partitions 1..4 of a, and partition 0 of a again.
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for i := 0; i < 5; i++ {
+		offs := map[string]map[int]int64{"a": {i: int64(100 + i)}}
+		if i == 0 {
+			offs = map[string]map[int]int64{"a": {0: 20}, "b": {0: 7}}
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = c.commit(offs) }()
+	}
+	waitFor(t, func() bool {
+		if !c.mu.TryLock() {
+			return false
+		}
+		defer c.mu.Unlock()
+		return len(c.waiters) == 5
+	})
+	select {
+	case err := <-first:
+		t.Fatalf("the first commit returned (%v) before its request was answered", err)
+	default:
+	}
+	release <- nil
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight // the second request: all five, merged
+	boom := errors.New("not the coordinator")
+	release <- boom
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, boom) {
+			t.Errorf("submitter %d: %v, want the round's error", i, err)
+		}
+	}
+	want := []map[string]map[int]int64{
+		{"a": {0: 10}},
+		{"a": {0: 20, 1: 101, 2: 102, 3: 103, 4: 104}, "b": {0: 7}},
+	}
+	mu.Lock()
+	got := append([]map[string]map[int]int64(nil), sent...)
+	mu.Unlock()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+
+	// Idle again: the next commit is a request of its own.
+	go func() { <-inFlight; release <- nil }()
+	if err := c.commit(map[string]map[int]int64{"a": {5: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 3 {
+		t.Fatalf("%d requests, want 3", len(sent))
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
