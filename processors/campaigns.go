@@ -44,7 +44,7 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 	for i, p := range parts {
 		s := &stream{topic: schemas.TopicCampaigns, want: make(chan struct{}, 1), hwm: -1}
 		streams[i] = s
-		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: p, idx: i, decode: true}
+		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: p, idx: i, decode: true, m: m}
 		go f.run(ctx, -1, s.want, ch)
 		s.want <- struct{}{}
 	}

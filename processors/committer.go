@@ -16,6 +16,9 @@ import "sync"
 // partition and topic. Every submitter of a round gets that round's error.
 type committer struct {
 	send func(map[string]map[int]int64) error
+	// queued, when set, is called (under mu) with the number of submitters
+	// waiting for the next request, each time one is added.
+	queued func(waiting int)
 
 	mu      sync.Mutex
 	pending map[string]map[int]int64
@@ -51,6 +54,9 @@ func (c *committer) commit(offs map[string]map[int]int64) error {
 		}
 	}
 	c.waiters = append(c.waiters, done)
+	if c.queued != nil {
+		c.queued(len(c.waiters))
+	}
 	if !c.running {
 		c.running = true
 		go c.loop()

@@ -23,6 +23,8 @@ func TestCommitterCoalesces(t *testing.T) {
 		inFlight <- struct{}{}
 		return <-release
 	})
+	waiting := make(chan int, 16) // submitters waiting for the next request
+	c.queued = func(n int) { waiting <- n }
 
 	first := make(chan error, 1)
 	go func() { first <- c.commit(map[string]map[int]int64{"a": {0: 10}}) }()
@@ -39,13 +41,13 @@ func TestCommitterCoalesces(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = c.commit(offs) }()
 	}
-	waitFor(t, func() bool {
-		if !c.mu.TryLock() {
-			return false
+	for n := 0; n < 5; {
+		select {
+		case n = <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 5 commits queued after 10s", n)
 		}
-		defer c.mu.Unlock()
-		return len(c.waiters) == 5
-	})
+	}
 	select {
 	case err := <-first:
 		t.Fatalf("the first commit returned (%v) before its request was answered", err)
@@ -84,16 +86,5 @@ func TestCommitterCoalesces(t *testing.T) {
 	defer mu.Unlock()
 	if len(sent) != 3 {
 		t.Fatalf("%d requests, want 3", len(sent))
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -150,15 +150,22 @@ func TestBadInputCorpus(t *testing.T) {
 	// for PendingTimeout), and the derived events until as many as the clean
 	// campaign's are there: the unknown version's dead letter releases the
 	// cell_finished held behind it, whose samples stage B writes after it.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.After(30 * time.Second)
 	var got map[string][]byte
 	for {
 		got, _ = readDerived(t, addr)
 		dlq := countPrefix(got, schemas.TopicDLQ)
-		if (dlq >= len(corpus) && len(got)-dlq >= len(want)-countPrefix(want, schemas.TopicDLQ)) || time.Now().After(deadline) {
+		if dlq >= len(corpus) && len(got)-dlq >= len(want)-countPrefix(want, schemas.TopicDLQ) {
 			break
 		}
-		time.Sleep(50 * time.Millisecond) // polling interval
+		select {
+		case err := <-errc:
+			t.Fatalf("processor stopped with %d dead letters and %d other derived events read: %v", dlq, len(got)-dlq, err)
+		case <-deadline:
+			t.Fatalf("after 30s: %d dead letters of %d, %d other derived events of %d", dlq, len(corpus),
+				len(got)-dlq, len(want)-countPrefix(want, schemas.TopicDLQ))
+		case <-time.After(50 * time.Millisecond): // the next read of the topics
+		}
 	}
 	var dead []*schemas.Rejected
 	rest := map[string][]byte{}

@@ -63,7 +63,7 @@ func newMetrics() *metrics {
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_fetches_total",
 			Help: "Fetch requests answered, by topic (with hf_process_fetched_records_total: records per fetch)."}, []string{"topic"}),
 		fetchedRecs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_fetched_records_total",
-			Help: "Kafka records fetched, by topic (a batched hf.outcomes record counts once)."}, []string{"topic"}),
+			Help: "Kafka records fetched (offsets a fetch advanced over), by topic; a batched hf.outcomes record counts once."}, []string{"topic"}),
 	}
 }
 

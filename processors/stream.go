@@ -40,8 +40,10 @@ type fetcher struct {
 	// split: the topic is hf.outcomes, whose batched records are read as
 	// their events (outbatch.go).
 	split bool
-	// m counts fetches and records (nil: not counted).
-	m *metrics
+	// m counts fetches and records (nil: not counted); its topic's
+	// counters are resolved at the first fetch.
+	m                  *metrics
+	fetches, fetchRecs prometheus.Counter
 	// started: a fetch answered. The first fetch does not wait at the broker
 	// (an empty partition answers at once, with its high watermark), so that
 	// a stage knows without FetchWait's delay which streams are at their end.
@@ -187,10 +189,11 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 		out.msgs = append(out.msgs, m)
 	}
 	if f.m != nil {
-		f.m.fetches.WithLabelValues(f.topic).Inc()
-		if recs := out.next - *offset; recs > 0 {
-			f.m.fetchedRecs.WithLabelValues(f.topic).Add(float64(recs))
+		if f.fetches == nil {
+			f.fetches, f.fetchRecs = f.m.fetches.WithLabelValues(f.topic), f.m.fetchedRecs.WithLabelValues(f.topic)
 		}
+		f.fetches.Inc()
+		f.fetchRecs.Add(float64(out.next - *offset))
 	}
 	if f.decode {
 		decodeAll(out.msgs, f.cfg.Limits, f.cache)
