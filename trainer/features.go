@@ -137,3 +137,48 @@ func (f featurizer) features(idx []int32, w []float32, in *Input) ([]int32, []fl
 	}
 	return idx, w
 }
+
+// bagMerger collapses the repeated feature ids of one input's bag into one
+// entry each, carrying the sum of their weights. The embedding bag is a
+// weighted sum of rows, so Σ w_j·row equals (Σ w_j)·row and the gradient of
+// a row is the same sum: the model is unchanged, up to float rounding, while
+// the forward and backward passes touch each row of a bag once. Evidence
+// text repeats its n-grams heavily (the per-task lines of a query share
+// most of their characters), so bags shrink several-fold.
+//
+// It keeps, per table row, the generation of the bag that last used the row
+// and where that bag's entry for it is; a new bag bumps the generation
+// instead of clearing the arrays. Not safe for concurrent use (the Model
+// that owns it is not either).
+type bagMerger struct {
+	gen []uint32
+	pos []int32
+	cur uint32
+}
+
+// merge collapses idx[start:] (one bag) in place, keeping the first
+// occurrence of each id in order, and returns the shortened slices. Ids must
+// lie in [0, rows).
+func (b *bagMerger) merge(idx []int32, w []float32, start, rows int) ([]int32, []float32) {
+	if len(b.gen) < rows {
+		b.gen, b.pos, b.cur = make([]uint32, rows), make([]int32, rows), 0
+	}
+	b.cur++
+	if b.cur == 0 { // wrapped: no stale generation may match
+		clear(b.gen)
+		b.cur = 1
+	}
+	gen, pos, cur := b.gen[:rows], b.pos[:rows], b.cur
+	out := start
+	for j := start; j < len(idx); j++ {
+		r := idx[j]
+		if gen[r] == cur {
+			w[pos[r]] += w[j]
+			continue
+		}
+		gen[r], pos[r] = cur, int32(out)
+		idx[out], w[out] = r, w[j]
+		out++
+	}
+	return idx[:out], w[:out]
+}

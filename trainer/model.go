@@ -145,7 +145,10 @@ type Model struct {
 	be   backend.Backend
 	cfg  ModelConfig
 	feat featurizer
-	step int
+	bags bagMerger
+	// rawBags skips the bag merge (benchmarks measure what it saves).
+	rawBags bool
+	step    int
 
 	table, b0, w1, b1, w2, b2 *param
 	params                    []*param
@@ -246,8 +249,13 @@ func (m *Model) forward(ins []*Input) []float32 {
 	idx := make([]int32, 0, B*256)
 	w := make([]float32, 0, B*256)
 	off := make([]int32, 1, B+1)
+	rows := m.feat.rows()
 	for _, in := range ins {
+		start := len(idx)
 		idx, w = m.feat.features(idx, w, in)
+		if !m.rawBags {
+			idx, w = m.bags.merge(idx, w, start, rows)
+		}
 		off = append(off, int32(len(idx)))
 	}
 	m.ensure(B, len(idx))

@@ -1,0 +1,99 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/harnessflow/harnessflow/trainer/backend"
+)
+
+func TestBagMergerCollapsesRepeats(t *testing.T) {
+	var b bagMerger
+	// An earlier bag [7 7] sits before start and must stay as it is.
+	idx := []int32{7, 7, 3, 5, 3, 9, 5, 3}
+	w := []float32{1, 1, 0.5, 0.25, 0.5, 1, 0.25, 0.125}
+	idx, w = b.merge(idx, w, 2, 16)
+	if want := []int32{7, 7, 3, 5, 9}; fmt.Sprint(idx) != fmt.Sprint(want) {
+		t.Fatalf("ids %v, want %v", idx, want)
+	}
+	if want := []float32{1, 1, 1.125, 0.5, 1}; fmt.Sprint(w) != fmt.Sprint(want) {
+		t.Fatalf("weights %v, want %v", w, want)
+	}
+	// The next bag shares ids with the last one: they are its own entries.
+	start := len(idx)
+	idx, w = b.merge(append(idx, 3, 9, 3), append(w, 1, 2, 4), start, 16)
+	if got := fmt.Sprint(idx[start:], w[start:]); got != "[3 9] [5 2]" {
+		t.Fatalf("second bag %s, want [3 9] [5 2]", got)
+	}
+	// When the generation wraps, a row marked in an old generation that
+	// happens to equal the new one must not be taken for a repeat.
+	b.gen[9], b.pos[9], b.cur = 1, 0, math.MaxUint32
+	idx, w = b.merge([]int32{9, 4, 4}, []float32{1, 2, 3}, 0, 16)
+	if got := fmt.Sprint(idx, w); got != "[9 4] [1 5]" {
+		t.Fatalf("after the wrap %s, want [9 4] [1 5]", got)
+	}
+}
+
+// evidenceInput is a sample shaped like the processors' labeled samples: a
+// query of per-task evidence lines and a skill update.
+func evidenceInput(i, tasks int) Input {
+	var q strings.Builder
+	for k := 0; k < tasks; k++ {
+		status, score := "pass", 1
+		if (i+k)%3 == 0 {
+			status, score = "fail", 0
+		}
+		fmt.Fprintf(&q, "task task-%03d: %s score=%d\n", k, status, score)
+	}
+	up := fmt.Sprintf("### skill skill-%d (add)\n---\nname: skill-%d\ndescription: How to handle round %d of camp-%d for agent-%d\n---\n# skill-%d\n\nhandle round %d\n",
+		i, i, i%10, i%7, i%5, i, i%10)
+	return Input{Update: up, Query: q.String(), Kind: "skill", Evolver: "evolver-0", Agent: fmt.Sprintf("agent-%d", i%5), Benchmark: "swe"}
+}
+
+// The merged bags embed every input as the raw bags do (up to float rounding),
+// with fewer entries.
+func TestMergedBagsEmbedLikeRawBags(t *testing.T) {
+	f := featurizer{buckets: 1 << 12, cat: 64, maxText: 2048}
+	rows, D := f.rows(), 8
+	cpu := backend.NewCPU()
+	table := make([]float32, rows*D)
+	for i := range table {
+		table[i] = float32(math.Sin(float64(i)))
+	}
+	var b bagMerger
+	var rawIdx, idx []int32
+	var rawW, w []float32
+	rawOff, off := []int32{0}, []int32{0}
+	const B = 6
+	for i := 0; i < B; i++ {
+		in := evidenceInput(i, 40)
+		rawIdx, rawW = f.features(rawIdx, rawW, &in)
+		rawOff = append(rawOff, int32(len(rawIdx)))
+		start := len(idx)
+		idx, w = f.features(idx, w, &in)
+		idx, w = b.merge(idx, w, start, rows)
+		off = append(off, int32(len(idx)))
+	}
+	if len(idx)*2 > len(rawIdx) {
+		t.Fatalf("merged bags hold %d of %d entries; evidence text should at least halve them", len(idx), len(rawIdx))
+	}
+	embed := func(idx, off []int32, w []float32) []float32 {
+		tb, ib, ob, wb, out := cpu.Alloc(len(table)), cpu.AllocInt(len(idx)), cpu.AllocInt(len(off)), cpu.Alloc(len(w)), cpu.Alloc(B*D)
+		cpu.Upload(tb, table)
+		cpu.UploadInt(ib, idx)
+		cpu.UploadInt(ob, off)
+		cpu.Upload(wb, w)
+		cpu.EmbeddingBag(out, tb, ib, ob, wb, B, D)
+		host := make([]float32, B*D)
+		cpu.Download(host, out)
+		return host
+	}
+	want, got := embed(rawIdx, rawOff, rawW), embed(idx, off, w)
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+			t.Fatalf("output %d: merged %v, raw %v", i, got[i], want[i])
+		}
+	}
+}
