@@ -67,9 +67,13 @@ type sink struct {
 	admitted []evEntry
 	// counts by output kind, for metrics and logs.
 	outcomes, rejected, samples, rounds int
-	// open is the hf.outcomes record each pairing key is filling in this
-	// batch (addOutcome).
-	open map[string]openOutcome
+	// open indexes opens by pairing key: the hf.outcomes record each key is
+	// filling in this batch (addOutcome).
+	open  map[string]int
+	opens []openOutcome
+	// perRecord is the mean events per batched hf.outcomes record of the
+	// last batch that had any, the size guess of a new record's buffer.
+	perRecord int
 }
 
 func (s *sink) reset() {
@@ -79,8 +83,16 @@ func (s *sink) reset() {
 	s.msgs = s.msgs[:0]
 	clear(s.admitted)
 	s.admitted = s.admitted[:0]
+	if len(s.opens) > 0 {
+		n := 0
+		for _, o := range s.opens {
+			n += o.n
+		}
+		s.perRecord = n / len(s.opens)
+	}
 	s.outcomes, s.rejected, s.samples, s.rounds = 0, 0, 0, 0
 	clear(s.open)
+	s.opens = s.opens[:0]
 }
 
 // deadLetter builds the dead letter of m: a schemas.Rejected whose event_id

@@ -82,29 +82,39 @@ type openOutcome struct {
 }
 
 // addOutcome adds an admitted event to the batch's hf.outcomes output: to the
-// record its key already has in this flush while that holds fewer than max
-// events and stays within outcomeBatchMaxBytes, else to a new record. max 1
+// record its key already has in this flush while that holds fewer than limit
+// events and stays within outcomeBatchMaxBytes, else to a new record. limit 1
 // writes the event as a record of its own, unframed.
-func (s *sink) addOutcome(key []byte, value []byte, ts time.Time, max int) {
+//
+// A new record's buffer is sized for the mean events per record of the last
+// batch (perRecord), so that records rarely grow by copying; the key map is
+// only written when a record opens (an update of a []byte-keyed map entry
+// would allocate the key string on every event).
+func (s *sink) addOutcome(key []byte, value []byte, ts time.Time, limit int) {
 	s.outcomes++
-	if max <= 1 {
+	if limit <= 1 {
 		s.msgs = append(s.msgs, kafka.Message{Topic: schemas.TopicOutcomes, Key: key, Value: value, Time: ts})
 		return
 	}
-	if o, ok := s.open[string(key)]; ok && o.n < max && len(s.msgs[o.idx].Value)+len(value)+2*binary.MaxVarintLen64 <= outcomeBatchMaxBytes {
-		m := &s.msgs[o.idx]
-		m.Value = appendOutcome(m.Value, ts, value)
-		if ts.After(m.Time) {
-			m.Time = ts
+	if i, ok := s.open[string(key)]; ok {
+		o := &s.opens[i]
+		if o.n < limit && len(s.msgs[o.idx].Value)+len(value)+2*binary.MaxVarintLen64 <= outcomeBatchMaxBytes {
+			m := &s.msgs[o.idx]
+			m.Value = appendOutcome(m.Value, ts, value)
+			if ts.After(m.Time) {
+				m.Time = ts
+			}
+			o.n++
+			return
 		}
-		s.open[string(key)] = openOutcome{idx: o.idx, n: o.n + 1}
-		return
 	}
 	if s.open == nil {
-		s.open = map[string]openOutcome{}
+		s.open = map[string]int{}
 	}
-	v := make([]byte, 0, min(len(outcomeBatchMagic)+8*(len(value)+8), outcomeBatchMaxBytes))
+	per := min(max(s.perRecord+s.perRecord/4+1, 8), limit)
+	v := make([]byte, 0, min(len(outcomeBatchMagic)+per*(len(value)+2*binary.MaxVarintLen64), outcomeBatchMaxBytes))
 	v = appendOutcome(append(v, outcomeBatchMagic...), ts, value)
 	s.msgs = append(s.msgs, kafka.Message{Topic: schemas.TopicOutcomes, Key: key, Value: v, Time: ts})
-	s.open[string(key)] = openOutcome{idx: len(s.msgs) - 1, n: 1}
+	s.opens = append(s.opens, openOutcome{idx: len(s.msgs) - 1, n: 1})
+	s.open[string(key)] = len(s.opens) - 1
 }

@@ -159,3 +159,30 @@ func FuzzSplitOutcomes(f *testing.F) {
 		}
 	})
 }
+
+// TestAddOutcomeSizesRecordsFromTheLastBatch: once a batch has shown how many
+// events a record takes, the next batch's records are allocated for that many
+// and filling them allocates nothing (no key string per event, no regrowth).
+func TestAddOutcomeSizesRecordsFromTheLastBatch(t *testing.T) {
+	var s sink
+	ev := bytes.Repeat([]byte("e"), 300)
+	key := []byte("agent-7")
+	for i := 0; i < 40; i++ {
+		s.addOutcome(key, ev, time.Time{}, 64)
+	}
+	s.reset()
+	s.addOutcome(key, ev, time.Time{}, 64)
+	if got := cap(s.msgs[0].Value); got < len(outcomeBatchMagic)+40*(len(ev)+2) {
+		t.Fatalf("a new record holds %d bytes, want room for the 40 events per record of the last batch", got)
+	}
+	allocs := testing.AllocsPerRun(38, func() { s.addOutcome(key, ev, time.Time{}, 64) })
+	if allocs != 0 {
+		t.Fatalf("adding to an open record allocated %.1f times per event, want 0", allocs)
+	}
+	if len(s.msgs) != 1 {
+		t.Fatalf("%d records, want the one open record", len(s.msgs))
+	}
+	if vs, _ := outcomeValues(t, s.msgs[0]); len(vs) != 40 {
+		t.Fatalf("record holds %d events, want 40", len(vs))
+	}
+}
