@@ -3,6 +3,7 @@ package processors
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
@@ -17,6 +18,10 @@ type campaignTable struct {
 	mu    sync.RWMutex
 	byKey map[string]*schemas.CampaignDeclared // project + "\x00" + campaign_id
 	ready chan struct{}                        // closed once caught up with the end offsets read at start
+	// version counts puts: a reader that saw version v and looked up after
+	// that has a declaration at least as new as v's (put bumps it after the
+	// write, under the lock), so it need not look again until it changes.
+	version atomic.Uint64
 }
 
 func newCampaignTable() *campaignTable {
@@ -32,6 +37,7 @@ func (t *campaignTable) get(project, campaign string) *schemas.CampaignDeclared 
 func (t *campaignTable) put(c *schemas.CampaignDeclared) {
 	t.mu.Lock()
 	t.byKey[c.Project+"\x00"+c.CampaignID] = c
+	t.version.Add(1)
 	t.mu.Unlock()
 }
 

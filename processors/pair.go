@@ -33,7 +33,9 @@ type pairState struct {
 	project   string
 	campaign  string
 	camp      *schemas.CampaignDeclared // the declaration whose params are applied
+	campVer   uint64                    // campaignTable.version when camp was looked up
 	started   map[string]bool
+	lastCell  string // a started cell (the last one seen), saving the started lookup of a run
 	buf       map[string][]schemas.Event
 	hadCell   bool
 	isDone    bool
@@ -101,7 +103,8 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 		for _, e := range held {
 			s.add(ps, m, e, emit, out)
 		}
-	} else if ps.started[cell] {
+	} else if (cell != "" && cell == ps.lastCell) || ps.started[cell] {
+		ps.lastCell = cell
 		s.refreshParams(ps)
 		s.add(ps, m, ev, emit, out)
 	} else {
@@ -125,6 +128,11 @@ func (s *pairs) refreshParams(ps *pairState) {
 	if ps.campaign == "" {
 		return
 	}
+	v := s.camps.version.Load()
+	if v == ps.campVer {
+		return
+	}
+	ps.campVer = v
 	if c := s.camps.get(ps.project, ps.campaign); c != ps.camp {
 		ps.camp = c
 		ps.p.SetParams(s.params(ps))

@@ -195,6 +195,7 @@ type Pairer struct {
 	gone   map[string]struct{} // finished-and-evicted or ignored cells
 	base   *baseline
 	stats  Stats
+	last   *cell // the cell of the last Add, while live
 }
 
 // NewPairer returns an empty Pairer for the pairing key (as PairingKey builds
@@ -286,13 +287,19 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 	default:
 		return nil, fmt.Errorf("pairer %s: %w: %s", p.key, ErrUnsupportedEvent, ev.Type())
 	}
-	if _, ok := p.gone[cellID]; ok {
-		p.stats.Ignored++
-		return nil, nil
-	}
-	c := p.cells[cellID]
-	if c == nil {
-		return nil, fmt.Errorf("%s for cell %q: %w", ev.Type(), cellID, ErrUnknownCell)
+	// A key's events come in runs of one cell: p.last saves the lookups
+	// (cells and gone are disjoint, and p.last is always in cells).
+	c := p.last
+	if c == nil || c.info.CellID != cellID {
+		if _, ok := p.gone[cellID]; ok {
+			p.stats.Ignored++
+			return nil, nil
+		}
+		c = p.cells[cellID]
+		if c == nil {
+			return nil, fmt.Errorf("%s for cell %q: %w", ev.Type(), cellID, ErrUnknownCell)
+		}
+		p.last = c
 	}
 	if c.finished {
 		p.stats.Ignored++
@@ -300,11 +307,12 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 	}
 	h := ev.Header()
 	if h.EventID != "" {
-		if _, dup := c.seen[h.EventID]; dup {
+		// One map operation: the set grows unless the id was in it.
+		n := len(c.seen)
+		if c.seen[h.EventID] = struct{}{}; len(c.seen) == n {
 			p.stats.Duplicates++
 			return nil, nil
 		}
-		c.seen[h.EventID] = struct{}{}
 	}
 	if h.EventTime.After(c.maxTime) {
 		c.maxTime = h.EventTime
@@ -666,6 +674,9 @@ func (p *Pairer) emitReady(c *cell, out []schemas.Event, force bool) []schemas.E
 	}
 	if c.finished && len(c.rounds) == 0 && len(c.updates) == 0 {
 		delete(p.cells, c.info.CellID)
+		if p.last == c {
+			p.last = nil
+		}
 		p.gone[c.info.CellID] = struct{}{}
 	}
 	return out
