@@ -427,6 +427,7 @@ loop:
 			}
 		case m, ok := <-msgs:
 			if !ok {
+				runErr = fetcherEnded(fetchErr)
 				break loop
 			}
 			// Take what the fetcher already has (up to a bound, and up to a
@@ -452,6 +453,7 @@ loop:
 				break loop
 			}
 			if closed {
+				runErr = fetcherEnded(fetchErr)
 				break loop
 			}
 		case <-tick.C:
@@ -491,6 +493,20 @@ loop:
 	st := s.Stats()
 	s.log.Info().Int64("rows", st.Rows).Int64("inserts", st.Inserts).Int64("retries", st.Retries).Msg("sink stopped")
 	return nil
+}
+
+// fetcherEnded returns why the fetcher closed its channel: the fetch error
+// it queued before closing, or nil when it stopped because the run's context
+// ended. The loop's select may see the closed channel before the queued
+// error; without this look a fetch error (a broker restart) would end Run
+// with nil, as if it had been cancelled, and the sink would stop consuming.
+func fetcherEnded(fetchErr <-chan error) error {
+	select {
+	case err := <-fetchErr:
+		return err
+	default:
+		return nil
+	}
 }
 
 func tickEvery(maxAge time.Duration) time.Duration {
