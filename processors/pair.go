@@ -35,7 +35,6 @@ type pairState struct {
 	camp      *schemas.CampaignDeclared // the declaration whose params are applied
 	campVer   uint64                    // campaignTable.version when camp was looked up
 	started   map[string]bool
-	lastCell  string // a started cell (the last one seen), saving the started lookup of a run
 	buf       map[string][]schemas.Event
 	hadCell   bool
 	isDone    bool
@@ -103,8 +102,7 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 		for _, e := range held {
 			s.add(ps, m, e, emit, out)
 		}
-	} else if (cell != "" && cell == ps.lastCell) || ps.started[cell] {
-		ps.lastCell = cell
+	} else if ps.started[cell] {
 		s.refreshParams(ps)
 		s.add(ps, m, ev, emit, out)
 	} else {

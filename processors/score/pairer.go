@@ -195,7 +195,6 @@ type Pairer struct {
 	gone   map[string]struct{} // finished-and-evicted or ignored cells
 	base   *baseline
 	stats  Stats
-	last   *cell // the cell of the last Add, while live
 }
 
 // NewPairer returns an empty Pairer for the pairing key (as PairingKey builds
@@ -287,19 +286,13 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 	default:
 		return nil, fmt.Errorf("pairer %s: %w: %s", p.key, ErrUnsupportedEvent, ev.Type())
 	}
-	// A key's events come in runs of one cell: p.last saves the lookups
-	// (cells and gone are disjoint, and p.last is always in cells).
-	c := p.last
-	if c == nil || c.info.CellID != cellID {
-		if _, ok := p.gone[cellID]; ok {
-			p.stats.Ignored++
-			return nil, nil
-		}
-		c = p.cells[cellID]
-		if c == nil {
-			return nil, fmt.Errorf("%s for cell %q: %w", ev.Type(), cellID, ErrUnknownCell)
-		}
-		p.last = c
+	if _, ok := p.gone[cellID]; ok {
+		p.stats.Ignored++
+		return nil, nil
+	}
+	c := p.cells[cellID]
+	if c == nil {
+		return nil, fmt.Errorf("%s for cell %q: %w", ev.Type(), cellID, ErrUnknownCell)
 	}
 	if c.finished {
 		p.stats.Ignored++
@@ -674,9 +667,6 @@ func (p *Pairer) emitReady(c *cell, out []schemas.Event, force bool) []schemas.E
 	}
 	if c.finished && len(c.rounds) == 0 && len(c.updates) == 0 {
 		delete(p.cells, c.info.CellID)
-		if p.last == c {
-			p.last = nil
-		}
 		p.gone[c.info.CellID] = struct{}{}
 	}
 	return out
