@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,10 @@ func WithLogger(l zerolog.Logger) Option { return func(t *Trainer) { t.log = l }
 // WithHTTPReady receives the HTTP listener's bound address once serving.
 func WithHTTPReady(ch chan<- string) Option { return func(t *Trainer) { t.httpReady = ch } }
 
+// WithListener serves the HTTP API on ln (already bound; closed when the
+// trainer stops) instead of binding Config.Listen.
+func WithListener(ln net.Listener) Option { return func(t *Trainer) { t.ln = ln } }
+
 // WithBackend uses be instead of opening cfg.Device.
 func WithBackend(be backend.Backend) Option { return func(t *Trainer) { t.be = be } }
 
@@ -75,6 +80,7 @@ type Trainer struct {
 	cfg       Config
 	log       zerolog.Logger
 	httpReady chan<- string
+	ln        net.Listener
 	be        backend.Backend
 	device    string
 
@@ -217,7 +223,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 	gens := make(chan *kafka.Generation)
 	msgs := make(chan sampleMsg, 4*t.cfg.BatchSize)
 	g, gctx := errgroup.WithContext(ctx)
-	if t.cfg.Listen != "off" {
+	if t.cfg.Listen != "off" || t.ln != nil {
 		g.Go(func() error { return t.serveHTTP(gctx) })
 	}
 	g.Go(func() error {
@@ -700,8 +706,12 @@ func (t *Trainer) publish(ctx context.Context, ck *Checkpoint) {
 }
 
 func (t *Trainer) serveHTTP(ctx context.Context) error {
-	if err := obs.Serve(ctx, t.cfg.Listen, t.Handler(), t.httpReady); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http %s: %w", t.cfg.Listen, err)
+	addr, serve := t.cfg.Listen, func() error { return obs.Serve(ctx, t.cfg.Listen, t.Handler(), t.httpReady) }
+	if t.ln != nil {
+		addr, serve = t.ln.Addr().String(), func() error { return obs.ServeListener(ctx, t.ln, t.Handler(), t.httpReady) }
+	}
+	if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http %s: %w", addr, err)
 	}
 	return nil
 }

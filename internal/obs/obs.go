@@ -63,6 +63,15 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- string
 	if err != nil {
 		return err
 	}
+	return ServeListener(ctx, ln, h, ready)
+}
+
+// ServeListener is Serve on a listener the caller bound (and hands over: it
+// is closed when serving ends). A caller that must keep an address it
+// checked binds it and passes the listener, instead of closing a probe and
+// binding again: between the two, any outgoing connection may be given the
+// port as its source port.
+func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, ready chan<- string) error {
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

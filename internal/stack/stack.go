@@ -231,9 +231,28 @@ func (s *Stack) Run(ctx context.Context) error {
 	ep.IngestToken = token
 
 	reg := obs.NewRegistry()
-	ingestListen := pickAddr(cfg.IngestListen, hostPort(prev.IngestURL))
-	trainerListen := pickAddr(cfg.TrainerListen, hostPort(prev.TrainerURL))
-	metricsListen := pickAddr(cfg.MetricsListen, hostPort(prev.MetricsURL))
+	// The HTTP endpoints are bound here and their listeners handed to the
+	// components, so the previous run's ports cannot be lost between a check
+	// and the bind (to an outgoing connection's source port, say).
+	var lns []net.Listener
+	handed := false
+	defer func() {
+		if !handed {
+			for _, ln := range lns {
+				ln.Close()
+			}
+		}
+	}()
+	for _, a := range []struct{ want, prev string }{
+		{cfg.IngestListen, hostPort(prev.IngestURL)}, {cfg.TrainerListen, hostPort(prev.TrainerURL)}, {cfg.MetricsListen, hostPort(prev.MetricsURL)},
+	} {
+		ln, err := bindAddr(a.want, a.prev)
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+	}
+	ingestLn, trainerLn, metricsLn := lns[0], lns[1], lns[2]
 
 	proc, err := processors.New(processors.Config{Brokers: brokers}, processors.WithLogger(s.sub("processors")), processors.WithRegisterer(reg))
 	if err != nil {
@@ -246,12 +265,12 @@ func (s *Stack) Run(ctx context.Context) error {
 	trainerReady := make(chan string, 1)
 	tr, err := trainer.New(trainer.Config{
 		Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database,
-		CheckpointDir: filepath.Join(cfg.DataDir, "trainer"), Device: cfg.Device, Listen: trainerListen,
-	}, trainer.WithLogger(s.sub("trainer")), trainer.WithHTTPReady(trainerReady))
+		CheckpointDir: filepath.Join(cfg.DataDir, "trainer"), Device: cfg.Device, Listen: trainerLn.Addr().String(),
+	}, trainer.WithLogger(s.sub("trainer")), trainer.WithHTTPReady(trainerReady), trainer.WithListener(trainerLn))
 	if err != nil {
 		return err
 	}
-	gw, err := ingest.New(ingest.Config{Brokers: brokers, Listen: ingestListen, TokensFile: tokensFile}, ingest.WithLogger(s.sub("ingest")), ingest.WithRegistry(reg))
+	gw, err := ingest.New(ingest.Config{Brokers: brokers, Listen: ingestLn.Addr().String(), TokensFile: tokensFile}, ingest.WithLogger(s.sub("ingest")), ingest.WithRegistry(reg), ingest.WithListener(ingestLn))
 	if err != nil {
 		return err
 	}
@@ -262,7 +281,8 @@ func (s *Stack) Run(ctx context.Context) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(cctx)
 	metricsReady := make(chan string, 1)
-	g.Go(func() error { return obs.Serve(gctx, metricsListen, obs.Mux(reg, nil), metricsReady) })
+	handed = true
+	g.Go(func() error { return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil), metricsReady) })
 	g.Go(func() error { return named("processors", proc.Run(gctx)) })
 	g.Go(func() error { return named("sink", sink.Run(gctx)) })
 	g.Go(func() error { return named("trainer", tr.Run(gctx)) })
@@ -347,6 +367,29 @@ func pickAddr(want, prev string) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, "0")
+}
+
+// bindAddr binds prev when it can (the previous run's port, so that URLs
+// stay the same across restarts), else want, else a free port on want's
+// host.
+func bindAddr(want, prev string) (net.Listener, error) {
+	for _, a := range []string{prev, want} {
+		if a == "" {
+			continue
+		}
+		if ln, err := net.Listen("tcp", a); err == nil {
+			return ln, nil
+		}
+	}
+	host, _, err := net.SplitHostPort(want)
+	if err != nil || host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("bind an HTTP port on %s: %w", host, err)
+	}
+	return ln, nil
 }
 
 func portFree(addr string) bool {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -109,6 +110,7 @@ type Option func(*options)
 type options struct {
 	log zerolog.Logger
 	reg *prometheus.Registry
+	ln  net.Listener
 }
 
 // WithLogger sets the logger. Default: a disabled logger.
@@ -118,12 +120,17 @@ func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l }
 // registered in and /metrics serves. Default: a new obs.NewRegistry().
 func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.reg = r } }
 
+// WithListener serves on ln (already bound; closed when Run ends) instead of
+// binding Config.Listen.
+func WithListener(ln net.Listener) Option { return func(o *options) { o.ln = ln } }
+
 // Server is the ingest gateway. Its methods are safe for concurrent use; Run
 // is called once.
 type Server struct {
 	cfg    Config
 	log    zerolog.Logger
 	reg    *prometheus.Registry
+	ln     net.Listener // WithListener's, or nil: bind cfg.Listen
 	tokens *tokenSet
 	prod   *producers.Producer
 
@@ -174,7 +181,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, log: o.log, reg: o.reg, tokens: newTokenSet(tokens), prod: prod,
+		cfg: cfg, log: o.log, reg: o.reg, ln: o.ln, tokens: newTokenSet(tokens), prod: prod,
 		ready: make(chan struct{}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "harnessflow_ingest_requests_total", Help: "Requests to /v1/events by HTTP status code.",
@@ -220,11 +227,20 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	defer s.closeProducer()
 	if err := kafkax.EnsureAllTopics(ctx, s.cfg.Brokers); err != nil {
+		if s.ln != nil {
+			s.ln.Close()
+		}
 		return err
 	}
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- obs.Serve(ctx, s.cfg.Listen, s.Handler(), addrc) }()
+	go func() {
+		if s.ln != nil {
+			errc <- obs.ServeListener(ctx, s.ln, s.Handler(), addrc)
+			return
+		}
+		errc <- obs.Serve(ctx, s.cfg.Listen, s.Handler(), addrc)
+	}()
 	select {
 	case a := <-addrc:
 		s.addr.Store(a)
