@@ -19,7 +19,7 @@ func init() { registerBench(newBenchE2ECmd) }
 
 func newBenchE2ECmd() *cobra.Command {
 	var cfg e2e.Config
-	var out string
+	var out, cpuprofile string
 	cmd := &cobra.Command{
 		Use:   "e2e",
 		Short: "Whole pipeline, co-located: SDK produce rate, end-to-end events/s, latency, peak RSS, ceilings, peer, bad-input storm",
@@ -61,6 +61,14 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 			cfg.Progress = cmd.OutOrStdout()
 			cfg.Log = logx.New("bench-e2e")
 			cfg.Command = "harnessflow " + strings.Join(os.Args[1:], " ")
+			if cpuprofile != "" {
+				f, err := os.Create(cpuprofile)
+				if err != nil {
+					return withCode(2, fmt.Errorf("cpu profile: %w", err))
+				}
+				defer f.Close()
+				cfg.CPUProfile = f
+			}
 			res, runErr := e2e.Run(cmd.Context(), cfg)
 			if res == nil {
 				return withCode(2, runErr)
@@ -90,6 +98,7 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the cluster's data and logs (default: a temporary one)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep --dir (data and the children's logs) after the run")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 20*60e9, "give up when a phase's rows are not all visible after this long (also: no progress for 1 min with the processors caught up, or 3 min)")
+	f.StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of this process (SDK producer, load generator, embedded broker) over the throughput phase to this file (go tool pprof); the children serve theirs with HF_PPROF=1")
 	f.StringVar(&out, "out", "bench/results/e2e.json", "write the results as JSON here (empty: do not write)")
 	return cmd
 }
@@ -107,6 +116,9 @@ func printE2E(w io.Writer, r *e2e.Result) {
 		r.E2EEventsPerS, r.Throughput.ProcessedS, r.Throughput.RawVisibleS, r.Throughput.VisibleS)
 	row("latency p50 / p95 / p99 / max", "%.0f / %.0f / %.0f / %.0f ms  (%d samples at %.0f events/s, poll %.0f ms)",
 		r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Latency.Samples, r.Latency.AchievedPerS, r.Latency.MeanPollMS)
+	if c := r.Throughput.CPU; c != nil {
+		row("cpu of the throughput run", "%s", c)
+	}
 	paced := fmt.Sprintf("(%d / %d events at %.0f events/s)", r.RSSMB.Events1x, r.RSSMB.Events10x, r.RSSMB.RatePerS)
 	row("peak RSS process 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB  %s", r.RSSMB.Process1x, r.RSSMB.Process10x, r.RSSMB.ProcessBacklog, paced)
 	row("peak RSS sink 1x / 10x / backlog", "%.0f / %.0f / %.0f MiB", r.RSSMB.Sink1x, r.RSSMB.Sink10x, r.RSSMB.SinkBacklog)

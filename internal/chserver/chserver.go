@@ -290,6 +290,9 @@ func (s *Server) Version() string { return s.version }
 // DataDir is the server's data dir (absolute).
 func (s *Server) DataDir() string { return s.cfg.DataDir }
 
+// Pid returns the server process's id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Config returns the resolved config (absolute data dir, binary path and the
 // ports in use): pass it to Start to run the server again on the same data dir
 // and ports.

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -79,6 +80,10 @@ type Config struct {
 	// when the counts stop changing for 1 min with the processors caught
 	// up, or for 3 min at all). Default: 20m.
 	PhaseTimeout time.Duration
+	// CPUProfile, when set, receives a pprof CPU profile of this process
+	// (the SDK producer, the load generator and the embedded broker) over
+	// the throughput phase. Default: none.
+	CPUProfile io.Writer
 	// ProcessArgs, SinkArgs and TrainArgs are passed on to the children.
 	ProcessArgs, SinkArgs, TrainArgs []string
 	// Command is recorded in the result. Default: "harnessflow bench e2e".
@@ -206,6 +211,9 @@ type Phase struct {
 	PollMS   float64 `json:"poll_ms"`
 	Expected Counts  `json:"expected_rows"`
 	Got      Counts  `json:"rows"`
+	// CPU is where the CPU went from the first emit until the rows were
+	// visible (nil when the phase did not complete).
+	CPU *CPU `json:"cpu,omitempty"`
 }
 
 // Latency is produce -> visible in ClickHouse at a fixed offered load.
@@ -441,7 +449,15 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	// Throughput: 10 chunks of the 1x width.
 	b.pr("throughput: %d events in 10 chunks of %d, through the Go SDK", 10*plan.events, plan.events)
 	b.quiesce(ctx, "throughput", 2*time.Minute)
+	if cfg.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+	}
 	th, tpErr := b.phase(ctx, "tp", plan, 10, nil, 0)
+	if cfg.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	if th == nil {
 		return fmt.Errorf("throughput phase: %w", tpErr)
 	}

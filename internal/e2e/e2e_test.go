@@ -55,6 +55,22 @@ func TestRunSmall(t *testing.T) {
 	if res.E2EEventsPerS <= 0 || res.ProduceEventsPerS < res.E2EEventsPerS {
 		t.Errorf("rates: produce %.0f, e2e %.0f", res.ProduceEventsPerS, res.E2EEventsPerS)
 	}
+	// The CPU budget: every process measured; CPU time cannot exceed the
+	// machine's CPUs over the wall time, so the bound is at least the
+	// rate over the same interval (10 ms ticks of slack per process).
+	if c := th.CPU; c == nil {
+		t.Errorf("throughput run without a cpu budget")
+	} else {
+		for _, k := range append(append([]string(nil), cpuComponents...), "pipeline") {
+			if !(c.CoreS[k] > 0) {
+				t.Errorf("cpu core_s[%s] = %v (%s)", k, c.CoreS[k], c)
+			}
+		}
+		if slack := 0.01 * float64(len(cpuComponents)); !(c.Busy > 0 && c.CPUs >= 1 && c.CoreS["pipeline"] <= float64(c.CPUs)*c.WallS+slack &&
+			c.BoundEventsPerS >= float64(th.Events)/(c.WallS+slack/float64(c.CPUs))) || c.Note != "" {
+			t.Errorf("cpu budget %s", c)
+		}
+	}
 	// Latency.
 	l := res.Latency
 	if l.Samples == 0 || !(0 < l.P50 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) || l.PollMS != 50 {

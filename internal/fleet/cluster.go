@@ -149,6 +149,13 @@ func (c *Cluster) Broker() *kafkax.Broker {
 // ClickHouseAddr is ClickHouse's native host:port (stable across restarts).
 func (c *Cluster) ClickHouseAddr() string { return c.ch.Addr() }
 
+// ClickHousePid returns the running server's process id.
+func (c *Cluster) ClickHousePid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch.Pid()
+}
+
 // Database is the ClickHouse database.
 func (c *Cluster) Database() string { return c.cfg.Database }
 

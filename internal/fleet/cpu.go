@@ -1,0 +1,114 @@
+package fleet
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// userHZ is the unit of the CPU times in /proc: Linux reports them in
+// USER_HZ ticks, fixed at 100 per second for user space on every
+// architecture Go supports.
+const userHZ = 100
+
+// CPUSeconds reads the CPU time (user + system) a process has used so far,
+// in seconds, from /proc/PID/stat (all its threads; not its children). It
+// fails where /proc is not available or the process is gone.
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(b)
+}
+
+// parseStatCPU takes utime and stime (fields 14 and 15) from a
+// /proc/PID/stat line. The command name (field 2) is in parentheses and may
+// hold spaces and parentheses itself, so fields are counted after the last
+// ')'.
+func parseStatCPU(b []byte) (float64, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("fleet: /proc stat line without a command name: %.40q", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state), so field n is f[n-3].
+	if len(f) < 13 {
+		return 0, fmt.Errorf("fleet: /proc stat line with %d fields after the name, want >= 13", len(f))
+	}
+	var ticks float64
+	for _, s := range f[11:13] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("fleet: /proc stat cpu time %q: %w", s, err)
+		}
+		ticks += float64(v)
+	}
+	return ticks / userHZ, nil
+}
+
+// MachineCPU is the whole machine's CPU time so far, in seconds summed over
+// its CPUs, from the first line of /proc/stat.
+type MachineCPU struct {
+	// CPUs is the number of CPUs the line sums over.
+	CPUs int
+	// Busy is user, nice, system, irq and softirq time (guest time is
+	// already inside user and nice).
+	Busy float64
+	// Idle is idle and iowait time.
+	Idle float64
+	// Steal is time the hypervisor ran something else while this machine
+	// had work: CPU a virtual machine was owed and did not get.
+	Steal float64
+}
+
+// Sub returns m - o, field by field (CPUs is m's).
+func (m MachineCPU) Sub(o MachineCPU) MachineCPU {
+	return MachineCPU{CPUs: m.CPUs, Busy: m.Busy - o.Busy, Idle: m.Idle - o.Idle, Steal: m.Steal - o.Steal}
+}
+
+// ReadMachineCPU reads /proc/stat.
+func ReadMachineCPU() (MachineCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return MachineCPU{}, err
+	}
+	return parseProcStat(b)
+}
+
+func parseProcStat(b []byte) (MachineCPU, error) {
+	var m MachineCPU
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") {
+			continue
+		}
+		if f[0] != "cpu" {
+			m.CPUs++
+			continue
+		}
+		// cpu user nice system idle iowait irq softirq steal [guest guest_nice]
+		if len(f) < 9 {
+			return MachineCPU{}, fmt.Errorf("fleet: /proc/stat cpu line with %d fields, want >= 9", len(f))
+		}
+		var v [8]float64
+		for i := range v {
+			n, err := strconv.ParseUint(f[i+1], 10, 64)
+			if err != nil {
+				return MachineCPU{}, fmt.Errorf("fleet: /proc/stat cpu field %d %q: %w", i+1, f[i+1], err)
+			}
+			v[i] = float64(n) / userHZ
+		}
+		m.Busy = v[0] + v[1] + v[2] + v[5] + v[6]
+		m.Idle = v[3] + v[4]
+		m.Steal = v[7]
+		found = true
+	}
+	if !found {
+		return MachineCPU{}, fmt.Errorf("fleet: no aggregate cpu line in /proc/stat")
+	}
+	return m, nil
+}
