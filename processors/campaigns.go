@@ -4,7 +4,9 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
@@ -47,13 +49,23 @@ func (t *campaignTable) put(c *schemas.CampaignDeclared) {
 func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *Config, m *metrics, log zerolog.Logger, parts []int) error {
 	ch := make(chan fetched, len(parts))
 	streams := make([]*stream, len(parts))
-	for i, p := range parts {
-		s := &stream{topic: schemas.TopicCampaigns, want: make(chan struct{}, 1), hwm: -1}
-		streams[i] = s
-		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: p, idx: i, decode: true, m: m}
-		go f.run(ctx, -1, s.want, ch)
-		s.want <- struct{}{}
+	// next is where each partition's fetcher starts again after it gave up
+	// (-1: the log start); bos pace those restarts.
+	next := make([]int64, len(parts))
+	bos := make([]*backoff.ExponentialBackOff, len(parts))
+	start := func(i int) {
+		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: parts[i], idx: i, decode: true, m: m}
+		go f.run(ctx, next[i], streams[i].want, ch)
+		streams[i].want <- struct{}{}
 	}
+	for i := range parts {
+		streams[i] = &stream{topic: schemas.TopicCampaigns, want: make(chan struct{}, 1), hwm: -1}
+		next[i] = -1
+		bos[i] = backoff.NewExponentialBackOff()
+		bos[i].InitialInterval, bos[i].MaxInterval, bos[i].MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+		start(i)
+	}
+	restart := make(chan int)
 	caught := make([]bool, len(parts))
 	left := len(parts)
 	if left == 0 {
@@ -64,11 +76,34 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 		select {
 		case <-ctx.Done():
 			return nil
+		case i := <-restart:
+			start(i)
+			continue
 		case f = <-ch:
 		}
 		if f.err != nil {
-			return f.err
+			// A broker outage longer than the fetcher's retry budget: the
+			// declarations are needed for as long as the processor runs,
+			// so the partition is read again from where it stopped, like
+			// the stages' partitions are, instead of ending the run.
+			m.fetchGaveUp.WithLabelValues(schemas.TopicCampaigns).Inc()
+			d := bos[f.stream].NextBackOff()
+			log.Warn().Err(f.err).Int("partition", parts[f.stream]).Dur("retry_in", d).
+				Msg("campaign declarations: fetch failed; reading the partition again from where it stopped")
+			go func(i int) {
+				select {
+				case <-time.After(d):
+					select {
+					case restart <- i:
+					case <-ctx.Done():
+					}
+				case <-ctx.Done():
+				}
+			}(f.stream)
+			continue
 		}
+		bos[f.stream].Reset()
+		next[f.stream] = f.next
 		for _, msg := range f.msgs {
 			m.eventsIn.WithLabelValues(msg.topic).Inc()
 			if msg.rej == nil {

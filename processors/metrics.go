@@ -24,6 +24,7 @@ type metrics struct {
 	writeRetries  prometheus.Counter
 	fetches       *prometheus.CounterVec // by topic
 	fetchedRecs   *prometheus.CounterVec // by topic
+	fetchGaveUp   *prometheus.CounterVec // by topic
 }
 
 func newMetrics() *metrics {
@@ -64,13 +65,15 @@ func newMetrics() *metrics {
 			Help: "Fetch requests answered, by topic (with hf_process_fetched_records_total: records per fetch)."}, []string{"topic"}),
 		fetchedRecs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_fetched_records_total",
 			Help: "Kafka records fetched (offsets a fetch advanced over), by topic; a batched hf.outcomes record counts once."}, []string{"topic"}),
+		fetchGaveUp: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_fetch_failures_total",
+			Help: "Fetchers of the campaign declarations (hf.campaigns) that failed past their retry budget (a broker outage) and were started again from where they stopped; the stages' partitions count theirs in hf_process_rebuilds_total."}, []string{"topic"}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.eventsIn, m.admitted, m.rejectedBy, m.duplicates, m.samples,
 		m.roundMetrics, m.pending, m.stateCells, m.statePairers, m.commitLag, m.evictedCells, m.evictedPairs,
-		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs} {
+		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs, m.fetchGaveUp} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -221,6 +221,15 @@ func (p *Processor) runGroup(ctx context.Context, stage string) error {
 		sort.Ints(ids)
 		p.log.Info().Str("group", group).Int32("generation", gen.ID).Ints("partitions", ids).Msg("assigned")
 		commits := newCommitter(gen.CommitOffsets)
+		// kafka-go ends the generation as soon as any function it started
+		// returns, and the end of the generation cancels the other
+		// partitions' writes and commits. On a clean stop each partition
+		// drains (writes and commits what it processed, admits what it
+		// holds): one that finished its drain waits for the others'
+		// before returning, or the first idle partition would cut the
+		// others' drains short.
+		var drains sync.WaitGroup
+		drains.Add(len(ids))
 		for _, id := range ids {
 			newWork := func(offs map[string]int64) *partWork {
 				w := &partWork{p: p, stage: stage, group: group, gen: gen, part: id, commits: commits}
@@ -238,6 +247,12 @@ func (p *Processor) runGroup(ctx context.Context, stage string) error {
 			wg.Add(1)
 			gen.Start(func(gctx context.Context) {
 				defer wg.Done()
+				defer func() {
+					drains.Done()
+					if ctx.Err() != nil {
+						drains.Wait() // bounded by the others' DrainTimeout
+					}
+				}()
 				bo := backoff.NewExponentialBackOff()
 				bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
 				for {
@@ -728,22 +743,14 @@ func (p *Processor) committedOf(ctx context.Context, group string, topics []stri
 // current end of hf.outcomes (stage A commits only after its outputs are
 // acknowledged, so that end is final for everything stage A committed).
 func lag(ctx context.Context, client *kafka.Client, group string, rawEnds map[string]map[int]int64) (int64, error) {
-	a, err := kafkax.Committed(ctx, client, group, rawEnds)
-	if err != nil {
-		return 0, err
-	}
-	if n := kafkax.Lag(rawEnds, a); n > 0 {
-		return n, nil
+	if n, err := kafkax.CommittedLag(ctx, client, group, rawEnds); err != nil || n > 0 {
+		return n, err
 	}
 	oEnds, err := kafkax.EndOffsets(ctx, client, schemas.TopicOutcomes)
 	if err != nil {
 		return 0, err
 	}
-	b, err := kafkax.Committed(ctx, client, PairGroup(group), oEnds)
-	if err != nil {
-		return 0, err
-	}
-	return kafkax.Lag(oEnds, b), nil
+	return kafkax.CommittedLag(ctx, client, PairGroup(group), oEnds)
 }
 
 // Lag returns how many input messages the processors of group have not yet

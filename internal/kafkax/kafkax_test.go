@@ -3,6 +3,7 @@ package kafkax_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -110,5 +111,21 @@ func TestBrokerDataSurvivesRestart(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("message written before the restart is gone")
+	}
+}
+
+func TestFloorAtStart(t *testing.T) {
+	starts := map[string]map[int]int64{"a": {0: 10, 1: 5, 2: 7}, "b": {0: 3}}
+	committed := map[string]map[int]int64{"a": {0: 4, 1: 9, 2: -1}}
+	got := kafkax.FloorAtStart(committed, starts)
+	want := map[string]map[int]int64{"a": {0: 10, 1: 9, 2: 7}, "b": {0: 3}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("FloorAtStart = %v, want %v", got, want)
+	}
+	// Expired records are no lag: a whole expired partition (b/0: start = end)
+	// is caught up, a commit below the start counts from the start.
+	ends := map[string]map[int]int64{"a": {0: 12, 1: 9, 2: 7}, "b": {0: 3}}
+	if n := kafkax.Lag(ends, got); n != 2 {
+		t.Fatalf("lag = %d, want 2 (a/0: 10..12)", n)
 	}
 }

@@ -2,6 +2,7 @@ package kafkax
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -57,6 +58,52 @@ func EndOffsets(ctx context.Context, client *kafka.Client, topics ...string) (ma
 	return out, nil
 }
 
+// StartOffsets returns the log start offset (the first offset retention
+// has not deleted) of every partition in parts (topic -> partition ->
+// anything, e.g. EndOffsets' result).
+func StartOffsets(ctx context.Context, client *kafka.Client, parts map[string]map[int]int64) (map[string]map[int]int64, error) {
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for t, ps := range parts {
+		for id := range ps {
+			req.Topics[t] = append(req.Topics[t], kafka.FirstOffsetOf(id))
+		}
+	}
+	res, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets: %w", err)
+	}
+	out := map[string]map[int]int64{}
+	for t, ps := range res.Topics {
+		out[t] = map[int]int64{}
+		for _, p := range ps {
+			if p.Error != nil {
+				return nil, fmt.Errorf("list offsets %s/%d: %w", t, p.Partition, p.Error)
+			}
+			out[t][p.Partition] = p.FirstOffset
+		}
+	}
+	return out, nil
+}
+
+// FloorAtStart raises, in place, every committed offset below its
+// partition's log start (or absent: never committed) to that start, and
+// returns committed: records retention deleted can never be read, so they
+// are not lag. A partition whose records all expired (start == end) is then
+// caught up although no one ever committed it.
+func FloorAtStart(committed, starts map[string]map[int]int64) map[string]map[int]int64 {
+	for t, ps := range starts {
+		for id, start := range ps {
+			if committed[t] == nil {
+				committed[t] = map[int]int64{}
+			}
+			if c, ok := committed[t][id]; !ok || c < start {
+				committed[t][id] = start
+			}
+		}
+	}
+	return committed
+}
+
 // Committed returns group's committed offset of every partition in parts
 // (topic -> partition -> anything, e.g. EndOffsets' result). A partition
 // the group never committed is -1 or absent.
@@ -70,6 +117,11 @@ func Committed(ctx context.Context, client *kafka.Client, group string, parts ma
 	res, err := client.OffsetFetch(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("offset fetch %s: %w", group, err)
+	}
+	if errors.Is(res.Error, kafka.GroupIdNotFound) {
+		// Some brokers (kfake) answer so for a group that never
+		// committed; Kafka answers -1 offsets. Either way: nothing.
+		return map[string]map[int]int64{}, nil
 	}
 	if res.Error != nil {
 		return nil, fmt.Errorf("offset fetch %s: %w", group, res.Error)
@@ -104,16 +156,26 @@ func Lag(ends, committed map[string]map[int]int64) int64 {
 	return n
 }
 
-// GroupLag is how many messages of topics, up to their current ends, group
-// has not committed.
+// GroupLag is how many messages of topics, from their log starts up to
+// their current ends, group has not committed.
 func GroupLag(ctx context.Context, client *kafka.Client, group string, topics ...string) (int64, error) {
 	ends, err := EndOffsets(ctx, client, topics...)
 	if err != nil {
 		return 0, err
 	}
+	return CommittedLag(ctx, client, group, ends)
+}
+
+// CommittedLag is how many messages of the partitions of ends, from their
+// log starts up to ends, group has not committed.
+func CommittedLag(ctx context.Context, client *kafka.Client, group string, ends map[string]map[int]int64) (int64, error) {
 	c, err := Committed(ctx, client, group, ends)
 	if err != nil {
 		return 0, err
 	}
-	return Lag(ends, c), nil
+	starts, err := StartOffsets(ctx, client, ends)
+	if err != nil {
+		return 0, err
+	}
+	return Lag(ends, FloorAtStart(c, starts)), nil
 }
