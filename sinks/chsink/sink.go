@@ -640,10 +640,6 @@ func (s *Sink) flushDue(ctx context.Context, r *kafka.Reader, all bool) error {
 func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
 	n := len(b.rows)
 	j := &job{t: t, rows: b.rows, bytes: b.bytes, pending: b.pending}
-	b.rows = make([]row, 0, n)
-	b.bytes = 0
-	b.pending = map[tp]int64{}
-	s.awaiting = append(s.awaiting, j)
 	s.inflight.Add(1)
 	select {
 	case s.ins <- j:
@@ -651,9 +647,18 @@ func (s *Sink) flush(ctx context.Context, t *table, b *buffer) error {
 		s.inflight.Add(-1)
 		return err
 	case <-ctx.Done():
+		// The rows stay in the buffer, so the drain that follows a
+		// cancellation flushes them (a job left awaiting with no inserter
+		// would hold the drain until its timeout).
 		s.inflight.Add(-1)
 		return &InsertError{Table: t.name, Rows: n, Err: ctx.Err()}
 	}
+	// Only this goroutine reads awaiting and the buffers (commit), so the
+	// job may be done before it is listed: pruneAwaiting drops it then.
+	s.awaiting = append(s.awaiting, j)
+	b.rows = make([]row, 0, n)
+	b.bytes = 0
+	b.pending = map[tp]int64{}
 	s.buffered -= n
 	s.m.buffered.Set(float64(s.buffered))
 	return nil
