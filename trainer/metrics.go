@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 type metrics struct {
@@ -12,6 +14,7 @@ type metrics struct {
 	staleV50, staleV95, staleM50, staleM95 prometheus.Gauge
 	trained, duplicates, bad, droppedStale prometheus.Counter
 	checkpoints                            prometheus.Counter
+	invalid                                *prometheus.CounterVec
 	stepSeconds, scoreSeconds              prometheus.Histogram
 }
 
@@ -31,6 +34,13 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		reg.MustRegister(x)
 		return x
 	}
+	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hf", Subsystem: "trainer", Name: "invalid_samples_total",
+		Help: "Samples skipped as invalid (also counted in bad_samples_total), by reason code (the DLQ's: out_of_range, bad_enum, missing_field)."},
+		[]string{"reason"})
+	reg.MustRegister(invalid)
+	for _, code := range []string{schemas.CodeOutOfRange, schemas.CodeBadEnum, schemas.CodeMissingField} {
+		invalid.WithLabelValues(code) // present at 0 before the first one
+	}
 	return &metrics{
 		step:         g("step", "Optimizer steps taken."),
 		samples:      g("step_samples", "Samples trained in the last step."),
@@ -49,6 +59,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		bad:          c("bad_samples_total", "Messages skipped as undecodable or invalid."),
 		droppedStale: c("dropped_stale_total", "Samples dropped for exceeding --max-staleness."),
 		checkpoints:  c("checkpoints_total", "Checkpoints written."),
+		invalid:      invalid,
 		stepSeconds:  h("step_seconds", "Time per training step.", prometheus.ExponentialBuckets(0.001, 2, 16)),
 		scoreSeconds: h("score_seconds", "Time per /v1/score request.", prometheus.ExponentialBuckets(0.0001, 2, 16)),
 	}

@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +77,12 @@ func WithListener(ln net.Listener) Option { return func(t *Trainer) { t.ln = ln 
 // WithBackend uses be instead of opening cfg.Device.
 func WithBackend(be backend.Backend) Option { return func(t *Trainer) { t.be = be } }
 
+// withClickHouse wraps the trainer's ClickHouse connection once it is open
+// (tests slow or fail its calls).
+func withClickHouse(wrap func(driver.Conn) driver.Conn) Option {
+	return func(t *Trainer) { t.wrapCH = wrap }
+}
+
 // Trainer is the continuous trainer. Create it with New and call Run once.
 type Trainer struct {
 	cfg       Config
@@ -83,6 +91,7 @@ type Trainer struct {
 	ln        net.Listener
 	be        backend.Backend
 	device    string
+	wrapCH    func(driver.Conn) driver.Conn
 
 	// mu guards the models (and backend) between the training loop and
 	// /v1/score, plus modelVersion.
@@ -108,6 +117,9 @@ type Trainer struct {
 	dirty        bool
 	gen          *kafka.Generation
 	genID        int
+	// restored says the lineage comes from a checkpoint: a partition absent
+	// from offsets then has nothing of it in the weights (see startGeneration).
+	restored bool
 
 	ready   atomic.Bool
 	metrics *metrics
@@ -265,6 +277,9 @@ func (t *Trainer) openClickHouse(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if t.wrapCH != nil {
+		t.ch = t.wrapCH(t.ch)
+	}
 	if err := t.ch.Exec(ctx, StepsDDL); err != nil {
 		return fmt.Errorf("create trainer_steps: %w", err)
 	}
@@ -302,6 +317,7 @@ func (t *Trainer) restore(ctx context.Context) error {
 			t.cells = ck.CellVersions
 		}
 		t.heldout = ck.Heldout
+		t.restored = true
 		t.log.Info().Str("checkpoint", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
 			Interface("offsets", ck.Offsets).Msg("restored checkpoint; reading from its offsets")
 	}
@@ -324,13 +340,39 @@ func (t *Trainer) loop(ctx context.Context, gens <-chan *kafka.Generation, msgs 
 	var buf []sampleMsg
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	// stop is the clean shutdown: the final flush and checkpoint, under a
+	// context of their own since ctx has ended. Samples left in buf are
+	// re-read after restart (they are past the frontier).
+	stop := func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		err := t.housekeeping(sctx, true)
+		t.log.Info().Int64("step", t.step).Int("unconsumed_in_buffer", len(buf)).Msg("trainer stopped")
+		return err
+	}
+	// tidy is the housekeeping between steps. A stop that arrives while it
+	// waits on ClickHouse (a slow flush, a retry's backoff) fails the flush
+	// with the cancellation; that is no fault but the stop itself, so it
+	// takes the clean shutdown, which flushes the rows (still buffered) and
+	// writes the final checkpoint, instead of exiting with an error and
+	// losing the work since the last checkpoint.
+	tidy := func() (stopped bool, err error) {
+		if err := t.housekeeping(ctx, false); err != nil {
+			if ctx.Err() == nil {
+				return false, err
+			}
+			t.log.Info().Err(err).Msg("stopped during housekeeping; finishing with the final flush and checkpoint")
+			return true, stop()
+		}
+		return false, nil
+	}
 	for {
 		for len(buf) >= t.cfg.BatchSize {
 			if err := t.trainBatch(ctx, buf[:t.cfg.BatchSize]); err != nil {
 				return err
 			}
 			buf = buf[t.cfg.BatchSize:]
-			if err := t.housekeeping(ctx, false); err != nil {
+			if stopped, err := tidy(); stopped || err != nil {
 				return err
 			}
 		}
@@ -340,18 +382,12 @@ func (t *Trainer) loop(ctx context.Context, gens <-chan *kafka.Generation, msgs 
 			}
 			buf = nil
 		}
-		if err := t.housekeeping(ctx, false); err != nil {
+		if stopped, err := tidy(); stopped || err != nil {
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			// Samples left in buf are re-read after restart (they are past
-			// the frontier).
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			err := t.housekeeping(sctx, true)
-			t.log.Info().Int64("step", t.step).Int("unconsumed_in_buffer", len(buf)).Msg("trainer stopped")
-			return err
+			return stop()
 		case gen := <-gens:
 			buf = buf[:0]
 			t.startGeneration(gen, msgs)
@@ -381,8 +417,10 @@ func (t *Trainer) accept(buf []sampleMsg, m sampleMsg) []sampleMsg {
 }
 
 // startGeneration starts one partition reader per assigned partition, at the
-// trained frontier (the checkpoint's offsets, advanced by steps since), or the
-// group's committed offset / the first offset for a partition never trained.
+// trained frontier (the checkpoint's offsets, advanced by steps since). A
+// partition that frontier does not list starts at the first offset when the
+// lineage was restored from a checkpoint, and at the group's committed offset
+// (or the first offset) on a cold start.
 func (t *Trainer) startGeneration(gen *kafka.Generation, msgs chan<- sampleMsg) {
 	t.genID++
 	t.gen = gen
@@ -390,11 +428,26 @@ func (t *Trainer) startGeneration(gen *kafka.Generation, msgs chan<- sampleMsg) 
 	var parts []int
 	for _, a := range gen.Assignments[t.cfg.Topic] {
 		start, ok := t.offsets[int32(a.ID)]
-		if !ok {
+		switch {
+		case ok:
+		case t.restored:
+			// Nothing of this partition is in the restored weights. The
+			// group's offset cannot stand in for the frontier: it is
+			// committed after every checkpoint, also after newer ones
+			// than the one restored (a corrupt newest checkpoint makes
+			// LoadLatest fall back), so it may lie past samples this
+			// lineage never trained.
+			start = kafka.FirstOffset
+		case a.Offset >= 0:
+			// Cold start: continue where the group left off, and record
+			// that as this lineage's frontier, so that a restore from a
+			// checkpoint of this lineage starts there too (and not at
+			// the first offset, as for a partition it never read) even
+			// when nothing of the partition is consumed before it.
 			start = a.Offset
-			if start < 0 {
-				start = kafka.FirstOffset
-			}
+			t.offsets[int32(a.ID)] = start
+		default:
+			start = kafka.FirstOffset
 		}
 		parts = append(parts, a.ID)
 		p := int32(a.ID)
@@ -457,8 +510,9 @@ type stepRow struct {
 }
 
 // trainBatch consumes batch (a prefix of what was read): it advances the
-// frontier over every message, skips undecodable ones and duplicates, drops
-// stale ones, evaluates held-out ones, and trains the rest in one step.
+// frontier over every message, skips undecodable and invalid ones (counted and
+// logged; see checkSample) and duplicates, drops stale ones, evaluates
+// held-out ones, and trains the rest in one step.
 func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 	start := time.Now()
 	var (
@@ -479,11 +533,14 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 			continue
 		}
 		s := m.s
-		label := LabelIndex(s.Label)
-		if label < 0 || s.SampleID == "" {
+		if fe := checkSample(s); fe != nil {
 			bad++
+			t.metrics.invalid.WithLabelValues(fe.Code).Inc()
+			t.log.Error().Err(fe).Str("reason", fe.Code).Str("topic", t.cfg.Topic).Int32("partition", m.part).Int64("offset", m.off).
+				Str("sample_id", s.SampleID).Msg("skipping invalid sample: it is consumed, not retried; fix its producer and re-send it")
 			continue
 		}
+		label := LabelIndex(s.Label)
 		if t.dedup.has(s.SampleID) {
 			dup++
 			continue
@@ -559,6 +616,33 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 		Float64("staleness_versions_p95", row.sv95).Float64("staleness_model_p95", row.sm95).
 		Dur("took", time.Since(start)).Msg("step")
 	_ = ctx
+	return nil
+}
+
+// checkSample returns the first problem that makes s unfit to train on, or
+// nil: a *schemas.FieldError whose Code (one of the DLQ's reason codes) is the
+// reason. Decode does not apply schemas.Validate, and one effect that is NaN,
+// infinite or far out of range makes the whole step's loss non-finite: the
+// step fails with ErrDiverged, and after the restart the same sample fails it
+// again, forever. It checks what the trainer reads of a sample, by the
+// labeled_sample contract (schemas/fields.go): the id (dedup, held-out split,
+// trainer_steps rows), the label, the effect and the harness version index
+// (staleness, kept in checkpoints); a bad field the trainer does not read is
+// no reason to lose the sample's training signal.
+func checkSample(s *schemas.LabeledSample) *schemas.FieldError {
+	bad := func(field, code, msg string) *schemas.FieldError {
+		return &schemas.FieldError{Type: schemas.TypeLabeledSample, Field: field, Code: code, Msg: msg}
+	}
+	switch {
+	case s.SampleID == "":
+		return bad("sample_id", schemas.CodeMissingField, `required field "sample_id" is empty`)
+	case LabelIndex(s.Label) < 0:
+		return bad("label", schemas.CodeBadEnum, fmt.Sprintf("%q is not one of %s", s.Label, strings.Join(LabelNames[:], ", ")))
+	case !(s.Effect >= -1 && s.Effect <= 1): // NaN fails both comparisons
+		return bad("effect", schemas.CodeOutOfRange, strconv.FormatFloat(s.Effect, 'g', -1, 64)+" is outside [-1,1]")
+	case s.HarnessVersionIndex < 0:
+		return bad("harness_version_index", schemas.CodeOutOfRange, strconv.Itoa(int(s.HarnessVersionIndex))+" is negative")
+	}
 	return nil
 }
 
