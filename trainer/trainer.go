@@ -529,7 +529,8 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 		t.dirty = true
 		if m.err != nil {
 			bad++
-			t.log.Warn().Err(m.err).Int32("partition", m.part).Int64("offset", m.off).Msg("skipping undecodable sample")
+			t.log.Error().Err(m.err).Str("topic", t.cfg.Topic).Int32("partition", m.part).Int64("offset", m.off).
+				Msg("skipping undecodable sample: it is consumed, not retried; fix its producer and re-send it")
 			continue
 		}
 		s := m.s
