@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +301,73 @@ func TestBrokerOutageLongerThanTheRetryBudget(t *testing.T) {
 	}
 	if after == 0 {
 		t.Fatal("no labeled sample of the campaign produced after the outage")
+	}
+}
+
+// TestStopWhenCaughtUpRetriesTheEndOffsets: the end offsets a
+// StopWhenCaughtUp run catches up with are read once at its start; a broker
+// that fails that read (here the first three ListOffsets requests for a raw
+// cell topic's latest offsets answer UNKNOWN_SERVER_ERROR) is retried, as the stages
+// retry, instead of ending the run with the error.
+func TestStopWhenCaughtUpRetriesTheEndOffsets(t *testing.T) {
+	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0",
+		Opts: []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	addr := b.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := kafkax.EnsureAllTopics(ctx, []string{addr}); err != nil {
+		t.Fatal(err)
+	}
+	produceCampaign(t, addr, testCampaign())
+	var failed atomic.Int32
+	c := b.Cluster()
+	c.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		// kafka-go asks per topic; the end offsets are timestamp -1.
+		latestOfRaw := len(r.Topics) == 1 && slices.Contains(CellTopics, r.Topics[0].Topic) &&
+			len(r.Topics[0].Partitions) > 0 && r.Topics[0].Partitions[0].Timestamp == -1
+		if !latestOfRaw || failed.Load() >= 3 {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.ErrorCode, sp.Offset, sp.Timestamp = rp.Partition, kerr.UnknownServerError.Code, -1, -1
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	cfg := testConfig(addr, "endoffsets")
+	cfg.StopWhenCaughtUp = true
+	p, err := New(cfg, WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v (end-offset reads failed: %d)", err, failed.Load())
+		}
+	case <-ctx.Done():
+		t.Fatal("StopWhenCaughtUp did not return within 90s")
+	}
+	if failed.Load() == 0 {
+		t.Fatal("no end-offset read was failed: the test did not exercise the retry")
+	}
+	if n, err := Lag(context.Background(), []string{addr}, "endoffsets"); err != nil || n != 0 {
+		t.Fatalf("lag after the run = %d (%v)", n, err)
 	}
 }

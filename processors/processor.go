@@ -133,9 +133,22 @@ func (p *Processor) Run(ctx context.Context) error {
 	})
 	if cfg.StopWhenCaughtUp {
 		g.Go(func() error {
-			ends, err := kafkax.EndOffsets(gctx, p.client, CellTopics...)
-			if err != nil {
+			// The end offsets to catch up with, read once; a broker that
+			// does not answer yet is waited for, like the stages wait.
+			var ends map[string]map[int]int64
+			bo := backoff.NewExponentialBackOff()
+			bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+			if err := backoff.RetryNotify(func() error {
+				var err error
+				ends, err = kafkax.EndOffsets(gctx, p.client, CellTopics...)
+				if gctx.Err() != nil {
+					return backoff.Permanent(gctx.Err())
+				}
 				return err
+			}, backoff.WithContext(bo, gctx), func(err error, d time.Duration) {
+				p.log.Warn().Err(err).Dur("retry_in", d).Msg("read the raw topics' end offsets to catch up with; retrying")
+			}); err != nil {
+				return nil // the run ended
 			}
 			t := time.NewTicker(50 * time.Millisecond)
 			defer t.Stop()
