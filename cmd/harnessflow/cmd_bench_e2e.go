@@ -98,7 +98,7 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the cluster's data and logs (default: a temporary one)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep --dir (data and the children's logs) after the run")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 20*60e9, "give up when a phase's rows are not all visible after this long (also: no progress for 1 min with the processors caught up, or 3 min)")
-	f.StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of this process (SDK producer, load generator, embedded broker) over the throughput phase to this file (go tool pprof); the children serve theirs with HF_PPROF=1")
+	f.StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of this process (SDK producer, embedded broker) over the throughput phase to this file (go tool pprof); the children serve theirs with HF_PPROF=1")
 	f.StringVar(&out, "out", "bench/results/e2e.json", "write the results as JSON here (empty: do not write)")
 	return cmd
 }
