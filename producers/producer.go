@@ -86,7 +86,7 @@ type item struct {
 	// at is the Kafka message timestamp: when Emit accepted the event, kept
 	// across retries (see submit).
 	at    time.Time
-	flush chan error // non-nil: a Flush marker, nothing else is set
+	flush chan struct{} // non-nil: a Flush marker, nothing else is set
 }
 
 func (it *item) size() int64 { return int64(len(*it.buf)) + batchOverhead }
@@ -305,13 +305,15 @@ func (p *Producer) EmitSync(ctx context.Context, evs ...schemas.Event) error {
 // failures since the previous Flush or Close (whichever caller flushes first
 // gets them), ctx's error if ctx ends first, or ErrClosed after Close.
 func (p *Producer) Flush(ctx context.Context) error {
-	reply := make(chan error, 1)
+	reply := make(chan struct{}, 1)
 	if err := p.send(ctx, item{flush: reply}); err != nil {
 		return err
 	}
 	select {
-	case err := <-reply:
-		return err
+	case <-reply:
+		// The caller takes the failures, not the run loop: a Flush that
+		// gave up on ctx leaves them for the next Flush or Close.
+		return p.takeFailures()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -475,12 +477,12 @@ func (p *Producer) run() {
 		}
 		if it.flush != nil {
 			p.waitOutstanding(0)
-			it.flush <- p.takeFailures()
+			it.flush <- struct{}{}
 			continue
 		}
 		batch = append(batch[:0], it)
 		size := it.size()
-		var flush chan error
+		var flush chan struct{}
 		closed := false
 		timer.Reset(p.cfg.BatchTimeout)
 	collect:
@@ -535,7 +537,7 @@ func (p *Producer) run() {
 		clear(batch)
 		if flush != nil {
 			p.waitOutstanding(0)
-			flush <- p.takeFailures()
+			flush <- struct{}{}
 		}
 		if closed {
 			p.waitOutstanding(0)

@@ -424,3 +424,36 @@ func TestBatchesGoOutWithoutTheTimer(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushThatGaveUpLeavesTheFailures: a Flush whose ctx ends before its
+// events are resolved returns the ctx error; the failures those events end
+// with must then reach the next Flush (or Close), not vanish with the reply
+// nobody reads any more.
+func TestFlushThatGaveUpLeavesTheFailures(t *testing.T) {
+	p, err := producers.New(producers.Config{
+		Brokers: []string{deadAddr(t)}, MaxElapsedTime: 300 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	for i := 0; i < 3; i++ {
+		if err := p.Emit(ctx, producerstest.TaskAttempt(i, "p")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	err = p.Flush(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("flush with a 20ms deadline against a dead broker = %v, want the deadline", err)
+	}
+	err = p.Flush(ctx)
+	var de *producers.DeliveryError
+	if !errors.As(err, &de) || de.Failed != 3 {
+		t.Fatalf("the next flush = %v, want a DeliveryError of the 3 failed events (stats %+v)", err, p.Stats())
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("close after the failures were reported = %v, want nil", err)
+	}
+}
