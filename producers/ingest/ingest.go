@@ -340,13 +340,13 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 		writeJSON(w, http.StatusBadRequest, errorBody{"read body: " + err.Error()})
 		return http.StatusBadRequest, reasonInvalid, 0
 	}
-	items, ierr := splitItems(body)
+	items, ierr := splitItems(body, s.cfg.MaxEvents)
 	if ierr != nil {
 		writeJSON(w, http.StatusBadRequest, []ItemError{*ierr})
 		return http.StatusBadRequest, reasonInvalid, 0
 	}
 	if len(items) > s.cfg.MaxEvents {
-		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{fmt.Sprintf("%d events, over the %d-event cap of one request", len(items), s.cfg.MaxEvents)})
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{fmt.Sprintf("more than %d events, over the %d-event cap of one request: split them over several requests", s.cfg.MaxEvents, s.cfg.MaxEvents)})
 		return http.StatusRequestEntityTooLarge, reasonTooLarge, 0
 	}
 	evs := make([]schemas.Event, 0, len(items))
@@ -394,15 +394,20 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 }
 
 // splitItems splits a body into its events: one JSON object, a JSON array of
-// objects, or several objects separated by newlines (NDJSON).
-func splitItems(body []byte) ([]json.RawMessage, *ItemError) {
+// objects, or several objects separated by newlines (NDJSON). It stops after
+// limit+1 events (the caller rejects more than limit), so that a body of many
+// tiny items costs no more than the cap's worth of them.
+func splitItems(body []byte, limit int) ([]json.RawMessage, *ItemError) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil, &ItemError{0, "empty body: send a JSON event, an array of events or NDJSON"}
 	}
+	if body[0] == '[' {
+		return splitArray(body, limit)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var vals []json.RawMessage
-	for {
+	for len(vals) <= limit {
 		var v json.RawMessage
 		err := dec.Decode(&v)
 		if errors.Is(err, io.EOF) {
@@ -411,17 +416,40 @@ func splitItems(body []byte) ([]json.RawMessage, *ItemError) {
 		if err != nil {
 			return nil, &ItemError{len(vals), "malformed JSON: " + err.Error()}
 		}
+		if len(v) > 0 && v[0] == '[' {
+			return nil, &ItemError{len(vals), "an array among several values: send one array, or NDJSON objects"}
+		}
 		vals = append(vals, v)
 	}
-	if len(vals) == 1 && len(vals[0]) > 0 && vals[0][0] == '[' {
-		var arr []json.RawMessage
-		if err := json.Unmarshal(vals[0], &arr); err != nil {
-			return nil, &ItemError{0, "malformed JSON array: " + err.Error()}
-		}
-		if len(arr) == 0 {
-			return nil, &ItemError{0, "empty array: no events"}
-		}
-		return arr, nil
-	}
 	return vals, nil
+}
+
+// splitArray reads the elements of a body that is one JSON array, up to
+// limit+1 of them.
+func splitArray(body []byte, limit int) ([]json.RawMessage, *ItemError) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // the '['
+		return nil, &ItemError{0, "malformed JSON array: " + err.Error()}
+	}
+	var arr []json.RawMessage
+	for dec.More() {
+		if len(arr) > limit {
+			return arr, nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, &ItemError{len(arr), "malformed JSON array: " + err.Error()}
+		}
+		arr = append(arr, v)
+	}
+	if _, err := dec.Token(); err != nil { // the ']'
+		return nil, &ItemError{len(arr), "malformed JSON array: " + err.Error()}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, &ItemError{len(arr), "malformed JSON: more after the array: send one array, or NDJSON objects"}
+	}
+	if len(arr) == 0 {
+		return nil, &ItemError{0, "empty array: no events"}
+	}
+	return arr, nil
 }
