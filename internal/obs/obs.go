@@ -72,6 +72,14 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- string
 // binding again: between the two, any outgoing connection may be given the
 // port as its source port.
 func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, ready chan<- string) error {
+	return ServeListenerGrace(ctx, ln, h, ready, 5*time.Second)
+}
+
+// ServeListenerGrace is ServeListener giving the requests in flight when
+// ctx ends up to grace to finish (ServeListener gives 5 s): a handler that
+// may rightly wait longer (ingest waits for the brokers' acknowledgement)
+// is not cut off by a clean stop, which would then end in an error.
+func ServeListenerGrace(ctx context.Context, ln net.Listener, h http.Handler, ready chan<- string, grace time.Duration) error {
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -82,7 +90,7 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, ready c
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		err := srv.Shutdown(sctx)
 		if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) {

@@ -1,10 +1,15 @@
 package obs
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func get(t *testing.T, h http.Handler, path string) (int, string) {
@@ -31,5 +36,76 @@ func TestMuxServesMetricsHealthAndPprofOnlyWhenAsked(t *testing.T) {
 	mux = Mux(NewRegistry(), nil)
 	if code, body := get(t, mux, "/debug/pprof/heap?debug=1"); code != 200 || !strings.Contains(body, "heap profile") {
 		t.Fatalf("/debug/pprof/heap with HF_PPROF=1 = %d", code)
+	}
+}
+
+// TestServeGraceLetsRequestsInFlightFinish: after ctx ends, a request in
+// flight gets up to the grace to answer; the server stops taking new
+// connections at once, and returns nil once the request is answered. With a
+// grace shorter than the request, it returns the shutdown's deadline.
+func TestServeGraceLetsRequestsInFlightFinish(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		grace time.Duration
+		clean bool
+	}{{"long grace", time.Minute, true}, {"short grace", 50 * time.Millisecond, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			entered, release := make(chan struct{}), make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				close(entered)
+				<-release
+				w.WriteHeader(http.StatusAccepted)
+			})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			served := make(chan error, 1)
+			go func() { served <- ServeListenerGrace(ctx, ln, h, nil, c.grace) }()
+			answered := make(chan int, 1)
+			go func() {
+				resp, err := http.Post("http://"+addr+"/", "text/plain", nil)
+				if err != nil {
+					answered <- 0
+					return
+				}
+				resp.Body.Close()
+				answered <- resp.StatusCode
+			}()
+			<-entered
+			cancel()
+			// The listener closes at once: wait until a new connection is refused.
+			for {
+				conn, err := net.Dial("tcp", addr)
+				if err != nil {
+					break
+				}
+				conn.Close()
+				runtime.Gosched()
+			}
+			if !c.clean {
+				if err := <-served; !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("serve with a 50ms grace returned %v, want the deadline", err)
+				}
+				close(release)
+				<-answered
+				return
+			}
+			select {
+			case err := <-served:
+				t.Fatalf("serve returned %v with a request in flight", err)
+			default:
+			}
+			close(release)
+			if code := <-answered; code != http.StatusAccepted {
+				t.Fatalf("request in flight answered %d, want 202", code)
+			}
+			if err := <-served; err != nil {
+				t.Fatalf("serve after the request finished: %v", err)
+			}
+		})
 	}
 }

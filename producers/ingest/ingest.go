@@ -203,7 +203,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery} {
+	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone} {
 		s.rejections.WithLabelValues(r)
 	}
 	return s, nil
@@ -217,6 +217,7 @@ const (
 	reasonTooLarge     = "too_large"
 	reasonInvalid      = "invalid"
 	reasonDelivery     = "delivery"
+	reasonClientGone   = "client_gone"
 )
 
 // Run creates the topics if needed, serves until ctx ends, then drains the
@@ -235,11 +236,18 @@ func (s *Server) Run(ctx context.Context) error {
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
-		if s.ln != nil {
-			errc <- obs.ServeListener(ctx, s.ln, s.Handler(), addrc)
-			return
+		ln := s.ln
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+				errc <- err
+				return
+			}
 		}
-		errc <- obs.Serve(ctx, s.cfg.Listen, s.Handler(), addrc)
+		// A request in flight at a stop waits for its acknowledgement up to
+		// DeliveryTimeout: it gets that long to answer (202 or 503) before
+		// the server closes, so a clean stop ends cleanly.
+		errc <- obs.ServeListenerGrace(ctx, ln, s.Handler(), addrc, s.cfg.DeliveryTimeout+5*time.Second)
 	}()
 	select {
 	case a := <-addrc:
@@ -385,8 +393,16 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 			writeJSON(w, http.StatusBadRequest, []ItemError{{ie.Index, ie.Err.Error()}})
 			return http.StatusBadRequest, reasonInvalid, 0
 		}
+		if r.Context().Err() != nil {
+			// The client went away first: no one to answer, and no fault
+			// of the brokers. 499 is the usual code for it in access logs.
+			s.log.Warn().Int("events", len(evs)).Msg("client went away before the brokers acknowledged its events; they may or may not be written (a resend is idempotent)")
+			return 499, reasonClientGone, 0
+		}
 		s.log.Error().Err(err).Int("events", len(evs)).Msg("delivery failed")
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{"events not acknowledged by the brokers: " + err.Error()})
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{"events not acknowledged by the brokers (" + err.Error() +
+			"): some may be written, none is confirmed; resend the same request later: the same events get the same event ids, so a resend does not duplicate them"})
 		return http.StatusServiceUnavailable, reasonDelivery, 0
 	}
 	writeJSON(w, http.StatusAccepted, map[string]int{"accepted": len(evs)})

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers/ingest"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
@@ -220,5 +223,99 @@ func TestLoadTokensAndConfig(t *testing.T) {
 	_, err = ingest.New(ingest.Config{})
 	if !errors.Is(err, ingest.ErrNoTokens) || !strings.Contains(err.Error(), "brokers") {
 		t.Fatalf("empty config: %v, want every problem", err)
+	}
+}
+
+// TestDeliveryFailureAnswers: brokers that refuse every produce get a 503
+// that says a resend is safe, with Retry-After; a client that gives up
+// before the acknowledgement is counted as gone (499), not as a delivery
+// failure of the brokers.
+func TestDeliveryFailureAnswers(t *testing.T) {
+	b := testenv.Kafka(t)
+	c := b.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			for _, pp := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = pp.Partition, kerr.NotEnoughReplicas.Code
+				rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tok-a projA\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Listen: "127.0.0.1:0", TokensFile: tokens,
+		MaxBody: 1 << 20, DeliveryTimeout: 700 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	url := "http://" + srv.Addr()
+	post := func(rctx context.Context) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(rctx, http.MethodPost, url+"/v1/events", strings.NewReader(jsonOf(t, producerstest.TaskAttempt(1, "projA"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer tok-a")
+		return http.DefaultClient.Do(req)
+	}
+
+	resp, err := post(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "resend the same request") {
+		t.Fatalf("refused produce: %d, Retry-After %q, %s; want 503 saying a resend is safe", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+
+	// A client that gives up first.
+	rctx, rcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	if resp, err := post(rctx); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the client's 100ms request got an answer (%d) before the 700ms delivery timeout", resp.StatusCode)
+	}
+	rcancel()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, _ := io.ReadAll(m.Body)
+		m.Body.Close()
+		if strings.Contains(string(text), `harnessflow_ingest_requests_total{code="499"} 1`+"\n") &&
+			strings.Contains(string(text), `harnessflow_ingest_rejections_total{reason="client_gone"} 1`+"\n") {
+			if !strings.Contains(string(text), `harnessflow_ingest_rejections_total{reason="delivery"} 1`+"\n") {
+				t.Fatalf("the client that went away was counted as a delivery failure too:\n%s", text)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 499 / client_gone counted in 30s:\n%s", text)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
