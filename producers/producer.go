@@ -340,8 +340,10 @@ func (p *Producer) send(ctx context.Context, it item) error {
 // Close stops accepting events, delivers every queued one, closes the writer and
 // returns the failures since the last Flush as a *DeliveryError. If ctx ends
 // first, delivery is abandoned: the events still queued are reported to OnError
-// as failed with ErrClosed and counted in the returned error. Close is
-// idempotent; later calls return nil once the first has finished.
+// as failed with ErrClosed and counted in the returned error, and Close
+// returns without waiting for the writer (which goes on with what it holds
+// in the background). Close is idempotent; later calls return nil once the
+// first has finished.
 func (p *Producer) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
@@ -361,11 +363,24 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 	p.cancelRun()
 	errs := []error{ctxErr}
-	// kafka-go's Close waits for the batches it still holds (each bounded by
-	// WriteTimeout); their outcomes were already reported if ctx ended.
+	// kafka-go's Close writes the batches it still holds, each with its
+	// attempts in place (up to WriteTimeout each): with brokers that do not
+	// answer, minutes. Close waits for it only as long as ctx allows; past
+	// that the writer finishes in the background (the events of those
+	// batches were already reported failed when ctx ended; any it still
+	// gets written are duplicates that their event ids deduplicate).
 	p.writerOnce.Do(func() {
-		if err := p.w.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close writer: %w", err))
+		wdone := make(chan error, 1)
+		go func() { wdone <- p.w.Close() }()
+		select {
+		case err := <-wdone:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("close writer: %w", err))
+			}
+		case <-ctx.Done():
+			if ctxErr == nil {
+				errs = append(errs, fmt.Errorf("close writer: %w (it goes on writing the batches it holds in the background)", ctx.Err()))
+			}
 		}
 	})
 	if err := p.takeFailures(); err != nil {

@@ -6,10 +6,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers"
@@ -455,5 +458,60 @@ func TestFlushThatGaveUpLeavesTheFailures(t *testing.T) {
 	}
 	if err := p.Close(ctx); err != nil {
 		t.Fatalf("close after the failures were reported = %v, want nil", err)
+	}
+}
+
+// TestCloseHonoursItsDeadline: with brokers that refuse every produce
+// (NOT_ENOUGH_REPLICAS), kafka-go's own Close would go on retrying the
+// batches it holds, one partition after another, for tens of seconds. Close
+// returns once its ctx ends, with the events reported failed.
+func TestCloseHonoursItsDeadline(t *testing.T) {
+	b := testenv.Kafka(t)
+	c := b.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			for _, pp := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = pp.Partition, kerr.NotEnoughReplicas.Code
+				rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	var failed atomic.Int64
+	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}, BatchSize: 10, BufferSize: 200,
+		OnError: func(schemas.Event, error) { failed.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 120*time.Second)
+	for i := 0; i < 100; i++ {
+		ev := producerstest.TaskAttempt(i, "p")
+		ev.CellID = "cell-00" // one partition: its batches are retried one after another
+		if err := p.Emit(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	err = p.Close(cctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("close with a 1s deadline = %v, want the deadline", err)
+	}
+	// The deadline is 1 s; kafka-go's Close took 44 s here before the fix.
+	if took > 10*time.Second {
+		t.Errorf("close with a 1s deadline took %s", took)
+	}
+	if n := failed.Load(); n != 100 {
+		t.Errorf("%d of 100 undelivered events reported to OnError", n)
 	}
 }
