@@ -47,5 +47,6 @@ mismatch; 413 above --max-body. Also serves /healthz and /metrics.`,
 	f.Int64Var(&cfg.MaxBody, "max-body", 8<<20, "largest request body in bytes")
 	f.IntVar(&cfg.MaxEvents, "max-events", 10000, "most events in one request")
 	f.DurationVar(&cfg.DeliveryTimeout, "delivery-timeout", 0, "how long a request waits for acknowledgement (0: 30s)")
+	f.Int64Var(&cfg.MaxInflight, "max-inflight-bytes", 0, "body bytes of the requests handled at once; past it a request gets 503 with Retry-After at once (0: 8 x --max-body)")
 	return cmd
 }

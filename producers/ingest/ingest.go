@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
@@ -54,6 +55,12 @@ type Config struct {
 	// DeliveryTimeout bounds how long a request waits for the brokers to
 	// acknowledge its events; then it fails with 503. Default: 30s.
 	DeliveryTimeout time.Duration
+	// MaxInflight caps the body bytes of the requests being handled at
+	// once (a request counts its Content-Length, or MaxBody when unknown);
+	// past it a request is answered 503 with Retry-After at once, instead
+	// of every client's events piling up in memory while the brokers are
+	// slow or away. Default: 8 x MaxBody.
+	MaxInflight int64
 	// Limits caps field and event sizes. Default: schemas.DefaultLimits().
 	Limits schemas.Limits
 }
@@ -70,6 +77,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeliveryTimeout == 0 {
 		c.DeliveryTimeout = 30 * time.Second
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = 8 * c.MaxBody
 	}
 	if c.Limits == (schemas.Limits{}) {
 		c.Limits = schemas.DefaultLimits()
@@ -91,6 +101,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxEvents < 1 {
 		errs = append(errs, fmt.Errorf("max events %d: must be positive", c.MaxEvents))
+	}
+	if c.MaxInflight < c.MaxBody {
+		errs = append(errs, fmt.Errorf("max in-flight bytes %d: must be at least max body (%d)", c.MaxInflight, c.MaxBody))
 	}
 	if c.DeliveryTimeout < 0 {
 		errs = append(errs, fmt.Errorf("delivery timeout %s: must not be negative", c.DeliveryTimeout))
@@ -138,6 +151,8 @@ type Server struct {
 	addr    atomic.Value // string
 	running atomic.Bool
 	once    sync.Once
+	// inflight holds MaxInflight body bytes, taken by the requests handled.
+	inflight *semaphore.Weighted
 
 	requests   *prometheus.CounterVec
 	events     prometheus.Counter
@@ -182,7 +197,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: o.log, reg: o.reg, ln: o.ln, tokens: newTokenSet(tokens), prod: prod,
-		ready: make(chan struct{}),
+		ready: make(chan struct{}), inflight: semaphore.NewWeighted(cfg.MaxInflight),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "harnessflow_ingest_requests_total", Help: "Requests to /v1/events by HTTP status code.",
 		}, []string{"code"}),
@@ -203,7 +218,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone} {
+	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone, reasonBusy} {
 		s.rejections.WithLabelValues(r)
 	}
 	return s, nil
@@ -218,6 +233,7 @@ const (
 	reasonInvalid      = "invalid"
 	reasonDelivery     = "delivery"
 	reasonClientGone   = "client_gone"
+	reasonBusy         = "busy"
 )
 
 // Run creates the topics if needed, serves until ctx ends, then drains the
@@ -339,6 +355,16 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 	if r.ContentLength > s.cfg.MaxBody {
 		return tooLarge()
 	}
+	hold := s.cfg.MaxBody
+	if r.ContentLength >= 0 {
+		hold = r.ContentLength
+	}
+	if !s.inflight.TryAcquire(hold) {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{fmt.Sprintf("busy: the requests in flight hold the gateway's %d-byte budget (the brokers are slow or away); retry later", s.cfg.MaxInflight)})
+		return http.StatusServiceUnavailable, reasonBusy, 0
+	}
+	defer s.inflight.Release(hold)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -319,3 +319,81 @@ func TestDeliveryFailureAnswers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestBusyGatewayAnswersAtOnce: while requests holding the whole in-flight
+// budget wait for slow brokers, a further request is answered 503 with
+// Retry-After at once instead of piling up in memory; once they are
+// acknowledged the budget is free again.
+func TestBusyGatewayAnswersAtOnce(t *testing.T) {
+	b := testenv.Kafka(t)
+	c := b.Cluster()
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case <-release:
+			return nil, nil, false
+		default:
+		}
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tok-a projA\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	body := jsonOf(t, producerstest.TaskAttempt(1, "projA"))
+	srv, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Listen: "127.0.0.1:0", TokensFile: tokens,
+		MaxBody: int64(len(body)) + 10, MaxInflight: int64(len(body)) + 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	g := &gateway{t: t, url: "http://" + srv.Addr(), addr: b.Addr()}
+	first := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, g.url+"/v1/events", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer tok-a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-held // the first request's events wait at the broker
+	req, _ := http.NewRequest(http.MethodPost, g.url+"/v1/events", strings.NewReader(jsonOf(t, producerstest.TaskAttempt(2, "projA"))))
+	req.Header.Set("Authorization", "Bearer tok-a")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(msg), "busy") {
+		t.Fatalf("request beyond the in-flight budget: %d, Retry-After %q, %s; want 503 busy", resp.StatusCode, resp.Header.Get("Retry-After"), msg)
+	}
+	close(release)
+	if code := <-first; code != http.StatusAccepted {
+		t.Fatalf("the request in flight: %d, want 202", code)
+	}
+	if code, msg := g.post("tok-a", jsonOf(t, producerstest.TaskAttempt(3, "projA"))); code != http.StatusAccepted {
+		t.Fatalf("after the budget freed: %d %s, want 202", code, msg)
+	}
+}
