@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -105,7 +106,7 @@ func (im *importer) readWorkspace(c *cellState) error {
 				continue
 			}
 		}
-		u, reason, err := im.update(c, g, from, tag, n)
+		u, reason, err := im.update(c, g, from, tag, n, f)
 		if err != nil {
 			return err
 		}
@@ -159,8 +160,23 @@ func artifactOf(path string) (kind, name string, ok bool) {
 	return kind, rest, true
 }
 
-// update builds the harness_update of evo-n from the diff from..evo-n.
-func (im *importer) update(c *cellState, g *gitRepo, from, to string, n int) (*schemas.HarnessUpdate, string, error) {
+// unfitArtifact says why content cannot be an artifact's content (the event
+// contract's cap and UTF-8 text), or "".
+func unfitArtifact(content string) string {
+	if limit := schemas.DefaultLimits().ArtifactContent; len(content) > limit {
+		return fmt.Sprintf("is %d bytes, over the %d-byte artifact cap", len(content), limit)
+	}
+	if !utf8.ValidString(content) {
+		return "is not UTF-8 text"
+	}
+	return ""
+}
+
+// update builds the harness_update of evo-n from the diff from..evo-n. A
+// changed file that cannot be an artifact (too large, not text: a long
+// run's memory log, a binary) is left out of the update and reported in f,
+// naming it, instead of failing the event and with it the whole import.
+func (im *importer) update(c *cellState, g *gitRepo, from, to string, n int, f *FileReport) (*schemas.HarnessUpdate, string, error) {
 	out, err := g.run("diff", "--name-status", "--no-renames", from, to)
 	if err != nil {
 		return nil, "", err
@@ -190,6 +206,10 @@ func (im *importer) update(c *cellState, g *gitRepo, from, to string, n int) (*s
 			content, err := g.run("show", to+":"+path)
 			if err != nil {
 				return nil, "", err
+			}
+			if why := unfitArtifact(content); why != "" {
+				f.skip(fmt.Sprintf("artifact %s at %s %s: left out of its update", path, to, why))
+				continue
 			}
 			a.Content = content
 		}
