@@ -327,7 +327,8 @@ type cellState struct {
 	obsTime                     map[string]time.Time
 	obsInput                    map[string]string
 	base                        time.Time
-	skillsAt                    map[int]int // harness version index -> skill count
+	skillsAt                    map[int]int    // harness version index -> skill count
+	versionAt                   map[int]string // evo tag -> the version the agent runs after it (chain)
 	git                         *gitRepo
 	skillEvents                 []*schemas.SkillEvent
 	updates                     []*schemas.HarnessUpdate
@@ -603,7 +604,7 @@ func (c *cellState) add(task string, attempt, cycle int32, status string, score 
 	}
 	hv := "evo-0"
 	if c.evolver != "" && cycle >= 1 {
-		hv = fmt.Sprintf("evo-%d", cycle-1)
+		hv = c.versionFor(int(cycle - 1))
 	}
 	avail := c.skillsAt[0]
 	if c.evolver != "" && cycle >= 1 {

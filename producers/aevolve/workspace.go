@@ -121,7 +121,51 @@ func (im *importer) readWorkspace(c *cellState) error {
 		}
 	}
 	im.readVerdicts(c)
+	c.chain(ns)
 	return nil
+}
+
+// chain sets each update's from_version to the version the cell's harness
+// is at when it comes, and records, for every evo tag, the version the
+// agent then runs (versionAt), the way the processors follow a cell: an
+// accepted update that was not rolled back moves the cell to its version;
+// a rejected or rolled-back one leaves it where it was; a tag whose diff
+// changed no harness file (empty, manifest only, everything left out) is
+// no update, and its rounds run the version before it. Assuming every tag
+// n were a version evo-n broke the chain at the first such tag: every
+// later update and attempt was dead-lettered.
+func (c *cellState) chain(tags []int) {
+	byCycle := map[int32]*schemas.HarnessUpdate{}
+	for _, u := range c.updates {
+		byCycle[u.Cycle] = u
+	}
+	current := "evo-0"
+	c.versionAt = map[int]string{0: current}
+	for _, n := range tags {
+		if u := byCycle[int32(n)]; u != nil {
+			u.FromVersion = current
+			if u.Accepted && !u.RolledBack {
+				current = u.ToVersion
+			}
+		}
+		c.versionAt[n] = current
+	}
+}
+
+// versionFor is the harness version the agent runs after k evolution
+// cycles: the version of the last evo tag at or before k (evo-k without a
+// workspace to say otherwise).
+func (c *cellState) versionFor(k int) string {
+	if len(c.versionAt) == 0 {
+		return fmt.Sprintf("evo-%d", k)
+	}
+	best, v := -1, "evo-0"
+	for n, ver := range c.versionAt {
+		if n <= k && n > best {
+			best, v = n, ver
+		}
+	}
+	return v
 }
 
 func (g *gitRepo) commitTime(rev string) (time.Time, bool) {
