@@ -65,6 +65,14 @@ upper case with dashes as underscores (--brokers -> HF_BROKERS).`,
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// The first Ctrl-C or SIGTERM starts the clean stop (drain, flush,
+		// commit). Unregistering then gives the signals back their default
+		// action, so a second one ends the process at once, for when a
+		// drain waits on something that will not come back.
+		<-ctx.Done()
+		stop()
+	}()
 	err := newRoot().ExecuteContext(ctx)
 	if err == nil {
 		return
