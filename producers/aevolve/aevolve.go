@@ -1038,6 +1038,28 @@ func (im *importer) emitCell(c *cellState) error {
 	if err := flushUpdates(1 << 30); err != nil {
 		return err
 	}
+	// Skill events whose (task, attempt) has no row: there is no attempt for
+	// them to belong to, so they are not emitted; the report says so rather
+	// than counting them as read and dropping them in silence.
+	emittedFor := map[string]bool{}
+	for _, r := range c.rows {
+		emittedFor[r.ev.TaskID+"\x00"+strconv.Itoa(int(r.ev.Attempt))] = true
+	}
+	var orphans *FileReport
+	for k, ss := range skills {
+		if !emittedFor[k] {
+			if orphans == nil {
+				orphans = &FileReport{Path: im.rel(c.dir) + " (skill events)"}
+			}
+			task, att, _ := strings.Cut(k, "\x00")
+			for range ss {
+				orphans.skip(fmt.Sprintf("no attempt row for task %s attempt %s", task, att))
+			}
+		}
+	}
+	if orphans != nil {
+		im.file(orphans)
+	}
 	if cr.Done {
 		if err := im.out(&schemas.CellFinished{CellID: c.id, Status: schemas.CellCompleted, Attempts: int64(cr.Attempts)}, at(time.Time{})); err != nil {
 			return err

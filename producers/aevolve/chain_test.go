@@ -50,7 +50,7 @@ func TestImportKeepsTheVersionChain(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		evo1    map[string]string
-		verdict string // unified_steps.jsonl line of cycle 1 ("": none)
+		verdict string           // unified_steps.jsonl line of cycle 1 ("": none)
 		wantHV  map[int32]string // by cycle (cycle c runs after c-1 evolutions)
 		updates int
 	}{
