@@ -211,6 +211,16 @@ func FindCells(dir string) ([]string, error) {
 		if err != nil {
 			return err
 		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			// A cell linked into the tree (runs gathered from several
+			// disks) is a cell; other links are not followed (no loops).
+			if st, err := os.Stat(p); err == nil && st.IsDir() {
+				if _, _, _, _, ok := ParseCellName(d.Name()); ok {
+					cells = append(cells, p)
+				}
+			}
+			return nil
+		}
 		if !d.IsDir() || p == dir {
 			return nil
 		}
