@@ -332,6 +332,7 @@ type cellState struct {
 	seed                        int32
 	rep                         map[string]string
 	rows                        []*row
+	rowAt                       map[rowKey]int // index in rows
 	taskOrder                   map[string]int
 	obsCycle                    map[string]int32
 	obsTime                     map[string]time.Time
@@ -629,8 +630,27 @@ func (c *cellState) add(task string, attempt, cycle int32, status string, score 
 	if err := schemas.Validate(ev, schemas.DefaultLimits()); err != nil {
 		return "invalid row"
 	}
+	// A task, attempt and cycle seen before is the same event (same event
+	// id): a results file that lists a task twice (a rerun appended) keeps
+	// its last row, so that every consumer sees one attempt with one
+	// outcome, and cell_finished counts it once.
+	key := rowKey{task, attempt, cycle}
+	if i, dup := c.rowAt[key]; dup {
+		c.rows[i] = &row{ev: ev, at: c.obsTime[task]}
+		return "repeated task and attempt (the last row kept)"
+	}
+	if c.rowAt == nil {
+		c.rowAt = map[rowKey]int{}
+	}
+	c.rowAt[key] = len(c.rows)
 	c.rows = append(c.rows, &row{ev: ev, at: c.obsTime[task]})
 	return ""
+}
+
+// rowKey is what identifies an attempt row (its event id's fields).
+type rowKey struct {
+	task           string
+	attempt, cycle int32
 }
 
 // readSWE reads results.json: a list of per-task results.

@@ -73,3 +73,45 @@ func TestSymlinkedCellsAreFound(t *testing.T) {
 		t.Fatalf("import: %d cells, %v; want 2", len(sum.Cells), err)
 	}
 }
+
+// TestRepeatedRowsBecomeOneAttempt: a results file that lists a task twice
+// (a rerun appended) yields one attempt, the last row's, and cell_finished
+// counts it once; before, both rows went out under the same event id (one
+// attempt to the processors, the other to ClickHouse) and the finish
+// counted two, which held it until the pending timeout.
+func TestRepeatedRowsBecomeOneAttempt(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "camp")
+	c := filepath.Join(root, "qwen235b_x_none_swe_s1")
+	write(t, c, "BENCHMARK_REPORT.md", "done_marker: DONE\n")
+	write(t, c, "DONE", "")
+	write(t, c, "results.json", `[{"instance_id": "a", "success": false, "score": 0, "error": "crash"}, {"instance_id": "b", "success": true, "score": 1, "error": null}, {"instance_id": "a", "success": true, "score": 1, "error": null}]`)
+	var evs []schemas.Event
+	var rep bytes.Buffer
+	if _, err := Import(context.Background(), Config{Dir: root}, func(ev schemas.Event) error {
+		evs = append(evs, ev)
+		return nil
+	}, &rep); err != nil {
+		t.Fatalf("import: %v\n%s", err, rep.String())
+	}
+	var attempts []*schemas.TaskAttempt
+	var finished *schemas.CellFinished
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case *schemas.TaskAttempt:
+			attempts = append(attempts, e)
+		case *schemas.CellFinished:
+			finished = e
+		}
+	}
+	if len(attempts) != 2 || finished == nil || finished.Attempts != 2 {
+		t.Fatalf("%d attempts, finish %+v; want 2 and a finish counting 2\n%s", len(attempts), finished, rep.String())
+	}
+	for _, a := range attempts {
+		if a.TaskID == "a" && (!a.Success || a.Score != 1 || a.Status != schemas.StatusOK) {
+			t.Errorf("task a: %+v, want the last row (success, score 1)", a)
+		}
+	}
+	if !strings.Contains(rep.String(), "repeated task and attempt (the last row kept): 1") {
+		t.Errorf("report lacks the repeated row:\n%s", rep.String())
+	}
+}
