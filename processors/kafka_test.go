@@ -68,8 +68,20 @@ func produce(t *testing.T, addr string, msgs map[string][]kafka.Message) {
 		for i := range ms {
 			ms[i].Topic = topic
 		}
-		if err := w.WriteMessages(ctx, ms...); err != nil {
-			t.Fatalf("produce %s: %v", topic, err)
+		// Retried as a producer would: a broker just restarted on its
+		// data dir may drop the first connections.
+		for try := 1; ; try++ {
+			err := w.WriteMessages(ctx, ms...)
+			if err == nil {
+				break
+			}
+			if try == 50 || ctx.Err() != nil {
+				t.Fatalf("produce %s: %v", topic, err)
+			}
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
 		}
 	}
 }

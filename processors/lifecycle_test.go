@@ -258,33 +258,9 @@ func TestBrokerOutageLongerThanTheRetryBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The restarted broker may drop the first connections while it loads
-	// its data dir: write the second campaign as a producer would, retrying.
-	msgs, err := gen.Generate(gen.Config{Seed: 12, Campaign: "after-outage", Agents: 1, Evolvers: 1, Rounds: 2, TasksPerRound: 4}).Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: []string{addr}})
-	defer w.Close()
-	for _, topic := range gen.Topics(msgs) {
-		ms := append([]kafka.Message(nil), msgs[topic]...)
-		for i := range ms {
-			ms[i].Topic = topic
-		}
-		for try := 1; ; try++ {
-			err := w.WriteMessages(ctx, ms...)
-			if err == nil {
-				break
-			}
-			if try == 50 || ctx.Err() != nil {
-				t.Fatalf("produce %s after the restart: %v", topic, err)
-			}
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-			}
-		}
-	}
+	// produce retries: the restarted broker may drop the first connections
+	// while it loads its data dir.
+	produceCampaign(t, addr, gen.Generate(gen.Config{Seed: 12, Campaign: "after-outage", Agents: 1, Evolvers: 1, Rounds: 2, TasksPerRound: 4}))
 	waitCaughtUp(t, addr, "outage", 90*time.Second, errc)
 	if err := stop(); err != nil {
 		t.Fatalf("stop: %v", err)
@@ -335,18 +311,7 @@ func TestStopWhenCaughtUpRetriesTheEndOffsets(t *testing.T) {
 			return nil, nil, false
 		}
 		failed.Add(1)
-		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition, sp.ErrorCode, sp.Offset, sp.Timestamp = rp.Partition, kerr.UnknownServerError.Code, -1, -1
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return kafkax.ErrorResponse(r, kerr.UnknownServerError.Code), nil, true
 	})
 	cfg := testConfig(addr, "endoffsets")
 	cfg.StopWhenCaughtUp = true

@@ -3,6 +3,7 @@ package producers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
@@ -404,12 +406,8 @@ func TestBatchesGoOutWithoutTheTimer(t *testing.T) {
 		}
 		if c.buffer >= c.batch {
 			// Three full batches: delivered with no Flush and no timer.
-			for p.Stats().Delivered < full {
-				if ctx.Err() != nil {
-					t.Fatalf("buffer %d: %d of %d events of full batches delivered without a flush", c.buffer, p.Stats().Delivered, full)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			testenv.Eventually(t, 30*time.Second, fmt.Sprintf("buffer %d: the %d events of full batches delivered without a flush", c.buffer, full),
+				func() bool { return p.Stats().Delivered >= full })
 		}
 		for i := full; i < full+7; i++ { // a partial batch
 			if err := p.Emit(ctx, producerstest.TaskAttempt(i, "p")); err != nil {
@@ -470,20 +468,7 @@ func TestCloseHonoursItsDeadline(t *testing.T) {
 	c := b.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		req := r.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range req.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = tp.Topic
-			for _, pp := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition, rp.ErrorCode = pp.Partition, kerr.NotEnoughReplicas.Code
-				rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
+		return kafkax.ErrorResponse(r, kerr.NotEnoughReplicas.Code), nil, true
 	})
 	var failed atomic.Int64
 	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}, BatchSize: 10, BufferSize: 200,

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
@@ -92,21 +91,7 @@ func genSamples(r *rand.Rand, from, n int) []*schemas.LabeledSample {
 
 func produce(t *testing.T, addr string, samples []*schemas.LabeledSample) {
 	t.Helper()
-	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: []string{addr}, Topic: schemas.TopicSamples})
-	defer w.Close()
-	msgs := make([]kafka.Message, 0, len(samples))
-	for _, s := range samples {
-		b, err := schemas.Encode(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs = append(msgs, kafka.Message{Key: []byte(s.PartitionKey()), Value: b})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	produceTo(t, addr, -1, samples)
 }
 
 // waitFor polls cond until it is true or the deadline passes.

@@ -24,11 +24,14 @@ import (
 	"github.com/harnessflow/harnessflow/trainer/backend"
 )
 
-// produceTo writes samples, in order, to one partition of hf.samples.
+// produceTo writes samples, in order, to one partition of hf.samples (part
+// < 0: the partition of each sample's key).
 func produceTo(t *testing.T, addr string, part int, samples []*schemas.LabeledSample) {
 	t.Helper()
 	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: []string{addr}, Topic: schemas.TopicSamples})
-	w.Balancer = kafka.BalancerFunc(func(kafka.Message, ...int) int { return part })
+	if part >= 0 {
+		w.Balancer = kafka.BalancerFunc(func(kafka.Message, ...int) int { return part })
+	}
 	defer w.Close()
 	msgs := make([]kafka.Message, 0, len(samples))
 	for _, s := range samples {

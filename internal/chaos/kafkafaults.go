@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/harnessflow/harnessflow/internal/fleet"
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 )
 
 // kafkaFaults injects Kafka faults into the cluster's embedded broker
@@ -153,7 +154,7 @@ func (k *kafkaFaults) answer(c *kfake.Cluster, b *burst, code int16) func(kmsg.R
 			c.DropControl()
 			return nil, nil, false
 		}
-		resp := errorResponse(req, code)
+		resp := kafkax.ErrorResponse(req, code)
 		if resp == nil {
 			return nil, nil, false
 		}
@@ -183,40 +184,4 @@ func (k *kafkaFaults) hold(c *kfake.Cluster, b *burst) func(kmsg.Request) (kmsg.
 		})
 		return nil, nil, false
 	}
-}
-
-// errorResponse builds the answer to a produce or fetch request with code on
-// every partition it names (nil for other requests).
-func errorResponse(req kmsg.Request, code int16) kmsg.Response {
-	switch r := req.(type) {
-	case *kmsg.ProduceRequest:
-		resp := r.ResponseKind().(*kmsg.ProduceResponse)
-		for _, t := range r.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic, rt.TopicID = t.Topic, t.TopicID
-			for _, p := range t.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition, rp.ErrorCode = p.Partition, code
-				rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp
-	case *kmsg.FetchRequest:
-		resp := r.ResponseKind().(*kmsg.FetchResponse)
-		for _, t := range r.Topics {
-			rt := kmsg.NewFetchResponseTopic()
-			rt.Topic, rt.TopicID = t.Topic, t.TopicID
-			for _, p := range t.Partitions {
-				rp := kmsg.NewFetchResponseTopicPartition()
-				rp.Partition, rp.ErrorCode = p.Partition, code
-				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp
-	}
-	return nil
 }

@@ -31,41 +31,38 @@ func Partitions(ctx context.Context, client *kafka.Client, topics ...string) (ma
 // EndOffsets returns the end offset (high watermark) of every partition of
 // the topics, by topic and partition.
 func EndOffsets(ctx context.Context, client *kafka.Client, topics ...string) (map[string]map[int]int64, error) {
-	parts, err := Partitions(ctx, client, topics...)
+	ids, err := Partitions(ctx, client, topics...)
 	if err != nil {
 		return nil, err
 	}
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
-	for t, ids := range parts {
-		for _, id := range ids {
-			req.Topics[t] = append(req.Topics[t], kafka.LastOffsetOf(id))
+	parts := map[string]map[int]int64{}
+	for t, ps := range ids {
+		parts[t] = map[int]int64{}
+		for _, id := range ps {
+			parts[t][id] = 0
 		}
 	}
-	res, err := client.ListOffsets(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("list offsets: %w", err)
-	}
-	out := map[string]map[int]int64{}
-	for t, ps := range res.Topics {
-		out[t] = map[int]int64{}
-		for _, p := range ps {
-			if p.Error != nil {
-				return nil, fmt.Errorf("list offsets %s/%d: %w", t, p.Partition, p.Error)
-			}
-			out[t][p.Partition] = p.LastOffset
-		}
-	}
-	return out, nil
+	return listOffsets(ctx, client, parts, true)
 }
 
 // StartOffsets returns the log start offset (the first offset retention
 // has not deleted) of every partition in parts (topic -> partition ->
 // anything, e.g. EndOffsets' result).
 func StartOffsets(ctx context.Context, client *kafka.Client, parts map[string]map[int]int64) (map[string]map[int]int64, error) {
+	return listOffsets(ctx, client, parts, false)
+}
+
+// listOffsets asks for the end (last) or the start offset of every partition
+// in parts.
+func listOffsets(ctx context.Context, client *kafka.Client, parts map[string]map[int]int64, last bool) (map[string]map[int]int64, error) {
 	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
 	for t, ps := range parts {
 		for id := range ps {
-			req.Topics[t] = append(req.Topics[t], kafka.FirstOffsetOf(id))
+			r := kafka.FirstOffsetOf(id)
+			if last {
+				r = kafka.LastOffsetOf(id)
+			}
+			req.Topics[t] = append(req.Topics[t], r)
 		}
 	}
 	res, err := client.ListOffsets(ctx, req)
@@ -80,6 +77,9 @@ func StartOffsets(ctx context.Context, client *kafka.Client, parts map[string]ma
 				return nil, fmt.Errorf("list offsets %s/%d: %w", t, p.Partition, p.Error)
 			}
 			out[t][p.Partition] = p.FirstOffset
+			if last {
+				out[t][p.Partition] = p.LastOffset
+			}
 		}
 	}
 	return out, nil

@@ -20,13 +20,22 @@ import (
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
+// importAll imports cfg.Dir, checking every event as the SDK's Emit does
+// first (schemas.Validate), and returns the events, the summary and the
+// report; any error fails the test.
 func importAll(t *testing.T, cfg Config) ([]schemas.Event, Summary, string) {
 	t.Helper()
 	var evs []schemas.Event
 	var rep bytes.Buffer
-	sum, err := Import(context.Background(), cfg, func(ev schemas.Event) error { evs = append(evs, ev); return nil }, &rep)
+	sum, err := Import(context.Background(), cfg, func(ev schemas.Event) error {
+		if err := schemas.Validate(ev, schemas.DefaultLimits()); err != nil {
+			return err
+		}
+		evs = append(evs, ev)
+		return nil
+	}, &rep)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("import %s: %v\n%s", cfg.Dir, err, rep.String())
 	}
 	return evs, sum, rep.String()
 }

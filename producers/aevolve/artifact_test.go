@@ -1,8 +1,6 @@
 package aevolve
 
 import (
-	"bytes"
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,20 +28,9 @@ func TestUnfitArtifactsAreLeftOutNotFatal(t *testing.T) {
 	c2 := filepath.Join(root, "sonnet46_x_qwen235b_mcp_s1")
 	write(t, c2, "summary.csv", "task_id,result,score,elapsed_s,output_len,detail,evo_cycle\nm1,PASS,1,1,1,,0\n")
 
-	var evs []schemas.Event
-	var rep bytes.Buffer
-	sum, err := Import(context.Background(), Config{Dir: root}, func(ev schemas.Event) error {
-		if err := schemas.Validate(ev, schemas.DefaultLimits()); err != nil { // what the SDK's Emit does first
-			return err
-		}
-		evs = append(evs, ev)
-		return nil
-	}, &rep)
-	if err != nil {
-		t.Fatalf("import: %v\n%s", err, rep.String())
-	}
+	evs, sum, rep := importAll(t, Config{Dir: root})
 	if len(sum.Cells) != 2 {
-		t.Fatalf("%d cells imported, want 2\n%s", len(sum.Cells), rep.String())
+		t.Fatalf("%d cells imported, want 2\n%s", len(sum.Cells), rep)
 	}
 	var u *schemas.HarnessUpdate
 	for _, ev := range evs {
@@ -56,8 +43,8 @@ func TestUnfitArtifactsAreLeftOutNotFatal(t *testing.T) {
 	}
 	for _, want := range []string{"artifact memory/episodes.jsonl at evo-1 is 1", "over the 1048576-byte artifact cap: left out of its update",
 		"artifact memory/blob.bin at evo-1 is not UTF-8 text: left out of its update"} {
-		if !strings.Contains(rep.String(), want) {
-			t.Errorf("report lacks %q:\n%s", want, rep.String())
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
 		}
 	}
 }

@@ -1,8 +1,6 @@
 package aevolve
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -81,17 +79,10 @@ func TestImportKeepsTheVersionChain(t *testing.T) {
 			ws.commit("pre-evo-3", map[string]string{})
 			ws.commit("evo-3", map[string]string{"prompts/system.md": "v3\n"})
 
-			var evs []schemas.Event
-			var rep bytes.Buffer
-			if _, err := Import(context.Background(), Config{Dir: root}, func(ev schemas.Event) error {
-				evs = append(evs, ev)
-				return nil
-			}, &rep); err != nil {
-				t.Fatalf("import: %v\n%s", err, rep.String())
-			}
+			evs, _, rep := importAll(t, Config{Dir: root})
 			updates, attempts := checkChain(t, evs)
 			if updates != c.updates || attempts != 4 {
-				t.Errorf("%d updates and %d attempts, want %d and 4\n%s", updates, attempts, c.updates, rep.String())
+				t.Errorf("%d updates and %d attempts, want %d and 4\n%s", updates, attempts, c.updates, rep)
 			}
 			for _, ev := range evs {
 				if a, ok := ev.(*schemas.TaskAttempt); ok && a.HarnessVersion != c.wantHV[a.Cycle] {

@@ -1,8 +1,6 @@
 package aevolve
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,14 +22,7 @@ func TestSkillEventsWithoutAnAttemptAreReported(t *testing.T) {
 	traj := `{"steps":[{"skill_tool_events":[{"tool":"load_skill","name":"a","status":"loaded"}]}]}`
 	write(t, c, "outputs/official_like/t1__"+cell+"-cycle-1/agent/trajectory.json", traj)
 	write(t, c, "outputs/official_like/t9__"+cell+"-cycle-1/agent/trajectory.json", traj)
-	var evs []schemas.Event
-	var rep bytes.Buffer
-	if _, err := Import(context.Background(), Config{Dir: root}, func(ev schemas.Event) error {
-		evs = append(evs, ev)
-		return nil
-	}, &rep); err != nil {
-		t.Fatalf("import: %v\n%s", err, rep.String())
-	}
+	evs, _, rep := importAll(t, Config{Dir: root})
 	var got []string
 	for _, ev := range evs {
 		if s, ok := ev.(*schemas.SkillEvent); ok {
@@ -39,10 +30,10 @@ func TestSkillEventsWithoutAnAttemptAreReported(t *testing.T) {
 		}
 	}
 	if len(got) != 1 || got[0] != "t1" {
-		t.Fatalf("skill events emitted for %v, want [t1]\n%s", got, rep.String())
+		t.Fatalf("skill events emitted for %v, want [t1]\n%s", got, rep)
 	}
-	if want := "(skill events): read 0 rows, skipped 1 (no attempt row for task t9 attempt 1: 1)"; !strings.Contains(rep.String(), want) {
-		t.Fatalf("report lacks %q:\n%s", want, rep.String())
+	if want := "(skill events): read 0 rows, skipped 1 (no attempt row for task t9 attempt 1: 1)"; !strings.Contains(rep, want) {
+		t.Fatalf("report lacks %q:\n%s", want, rep)
 	}
 }
 
@@ -68,9 +59,8 @@ func TestSymlinkedCellsAreFound(t *testing.T) {
 	if len(cells) != 2 || filepath.Base(cells[0]) != "sonnet46_x_none_mcp_s1" || filepath.Base(cells[1]) != "sonnet46_x_none_mcp_s2" {
 		t.Fatalf("cells %v, want the linked s1 and the plain s2", cells)
 	}
-	sum, err := Import(context.Background(), Config{Dir: root}, func(schemas.Event) error { return nil }, nil)
-	if err != nil || len(sum.Cells) != 2 {
-		t.Fatalf("import: %d cells, %v; want 2", len(sum.Cells), err)
+	if _, sum, rep := importAll(t, Config{Dir: root}); len(sum.Cells) != 2 {
+		t.Fatalf("import: %d cells, want 2\n%s", len(sum.Cells), rep)
 	}
 }
 
@@ -85,14 +75,7 @@ func TestRepeatedRowsBecomeOneAttempt(t *testing.T) {
 	write(t, c, "BENCHMARK_REPORT.md", "done_marker: DONE\n")
 	write(t, c, "DONE", "")
 	write(t, c, "results.json", `[{"instance_id": "a", "success": false, "score": 0, "error": "crash"}, {"instance_id": "b", "success": true, "score": 1, "error": null}, {"instance_id": "a", "success": true, "score": 1, "error": null}]`)
-	var evs []schemas.Event
-	var rep bytes.Buffer
-	if _, err := Import(context.Background(), Config{Dir: root}, func(ev schemas.Event) error {
-		evs = append(evs, ev)
-		return nil
-	}, &rep); err != nil {
-		t.Fatalf("import: %v\n%s", err, rep.String())
-	}
+	evs, _, rep := importAll(t, Config{Dir: root})
 	var attempts []*schemas.TaskAttempt
 	var finished *schemas.CellFinished
 	for _, ev := range evs {
@@ -104,14 +87,14 @@ func TestRepeatedRowsBecomeOneAttempt(t *testing.T) {
 		}
 	}
 	if len(attempts) != 2 || finished == nil || finished.Attempts != 2 {
-		t.Fatalf("%d attempts, finish %+v; want 2 and a finish counting 2\n%s", len(attempts), finished, rep.String())
+		t.Fatalf("%d attempts, finish %+v; want 2 and a finish counting 2\n%s", len(attempts), finished, rep)
 	}
 	for _, a := range attempts {
 		if a.TaskID == "a" && (!a.Success || a.Score != 1 || a.Status != schemas.StatusOK) {
 			t.Errorf("task a: %+v, want the last row (success, score 1)", a)
 		}
 	}
-	if !strings.Contains(rep.String(), "repeated task and attempt (the last row kept): 1") {
-		t.Errorf("report lacks the repeated row:\n%s", rep.String())
+	if !strings.Contains(rep, "repeated task and attempt (the last row kept): 1") {
+		t.Errorf("report lacks the repeated row:\n%s", rep)
 	}
 }

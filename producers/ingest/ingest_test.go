@@ -10,12 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers/ingest"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
@@ -31,11 +33,20 @@ type gateway struct {
 func startGateway(t *testing.T, maxBody int64) *gateway {
 	t.Helper()
 	b := testenv.Kafka(t)
+	return runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: maxBody})
+}
+
+// runGateway runs a gateway with cfg (Listen and TokensFile set here: tokens
+// tok-a for projA, tok-b for projB) until the test ends, when Run must
+// return nil.
+func runGateway(t *testing.T, cfg ingest.Config) *gateway {
+	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte("# agents\ntok-a projA\n\n  tok-b\tprojB  \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Listen: "127.0.0.1:0", TokensFile: tokens, MaxBody: maxBody})
+	cfg.Listen, cfg.TokensFile = "127.0.0.1:0", tokens
+	srv, err := ingest.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +66,7 @@ func startGateway(t *testing.T, maxBody int64) *gateway {
 	case <-time.After(30 * time.Second):
 		t.Fatal("gateway not ready after 30s")
 	}
-	return &gateway{t: t, url: "http://" + srv.Addr(), addr: b.Addr()}
+	return &gateway{t: t, url: "http://" + srv.Addr(), addr: cfg.Brokers[0]}
 }
 
 func (g *gateway) post(token, body string) (int, []byte) {
@@ -235,43 +246,10 @@ func TestDeliveryFailureAnswers(t *testing.T) {
 	c := b.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		req := r.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range req.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = tp.Topic
-			for _, pp := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition, rp.ErrorCode = pp.Partition, kerr.NotEnoughReplicas.Code
-				rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
+		return kafkax.ErrorResponse(r, kerr.NotEnoughReplicas.Code), nil, true
 	})
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("tok-a projA\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Listen: "127.0.0.1:0", TokensFile: tokens,
-		MaxBody: 1 << 20, DeliveryTimeout: 700 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
-	url := "http://" + srv.Addr()
+	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: 1 << 20, DeliveryTimeout: 700 * time.Millisecond})
+	url := g.url
 	post := func(rctx context.Context) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(rctx, http.MethodPost, url+"/v1/events", strings.NewReader(jsonOf(t, producerstest.TaskAttempt(1, "projA"))))
 		if err != nil {
@@ -298,25 +276,20 @@ func TestDeliveryFailureAnswers(t *testing.T) {
 		t.Fatalf("the client's 100ms request got an answer (%d) before the 700ms delivery timeout", resp.StatusCode)
 	}
 	rcancel()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var text string
+	testenv.Eventually(t, 30*time.Second, "the client that went away counted as 499 client_gone", func() bool {
 		m, err := http.Get(url + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		text, _ := io.ReadAll(m.Body)
+		b, _ := io.ReadAll(m.Body)
 		m.Body.Close()
-		if strings.Contains(string(text), `harnessflow_ingest_requests_total{code="499"} 1`+"\n") &&
-			strings.Contains(string(text), `harnessflow_ingest_rejections_total{reason="client_gone"} 1`+"\n") {
-			if !strings.Contains(string(text), `harnessflow_ingest_rejections_total{reason="delivery"} 1`+"\n") {
-				t.Fatalf("the client that went away was counted as a delivery failure too:\n%s", text)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no 499 / client_gone counted in 30s:\n%s", text)
-		}
-		time.Sleep(20 * time.Millisecond)
+		text = string(b)
+		return strings.Contains(text, `harnessflow_ingest_requests_total{code="499"} 1`+"\n") &&
+			strings.Contains(text, `harnessflow_ingest_rejections_total{reason="client_gone"} 1`+"\n")
+	})
+	if !strings.Contains(text, `harnessflow_ingest_rejections_total{reason="delivery"} 1`+"\n") {
+		t.Fatalf("the client that went away was counted as a delivery failure too:\n%s", text)
 	}
 }
 
@@ -342,29 +315,12 @@ func TestBusyGatewayAnswersAtOnce(t *testing.T) {
 		c.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("tok-a projA\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	body := jsonOf(t, producerstest.TaskAttempt(1, "projA"))
-	srv, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Listen: "127.0.0.1:0", TokensFile: tokens,
-		MaxBody: int64(len(body)) + 10, MaxInflight: int64(len(body)) + 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
-	g := &gateway{t: t, url: "http://" + srv.Addr(), addr: b.Addr()}
+	// Release the held produce before the gateway stops (cleanups run last
+	// registered first), or its stop would wait on it.
+	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: int64(len(body)) + 10, MaxInflight: int64(len(body)) + 10})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
 	first := make(chan int, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, g.url+"/v1/events", strings.NewReader(body))
@@ -389,7 +345,7 @@ func TestBusyGatewayAnswersAtOnce(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(msg), "busy") {
 		t.Fatalf("request beyond the in-flight budget: %d, Retry-After %q, %s; want 503 busy", resp.StatusCode, resp.Header.Get("Retry-After"), msg)
 	}
-	close(release)
+	once.Do(func() { close(release) })
 	if code := <-first; code != http.StatusAccepted {
 		t.Fatalf("the request in flight: %d, want 202", code)
 	}
