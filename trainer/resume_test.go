@@ -20,6 +20,7 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/producers/producerstest"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer/backend"
 )
@@ -413,6 +414,28 @@ func TestInvalidSampleIsSkipped(t *testing.T) {
 	}
 	if len(logged) != len(badAt) || !logged[10] || !logged[21] || !logged[30] {
 		t.Fatalf("error logs name offsets %v, want 10, 21 and 30", logged)
+	}
+	// And each is dead-lettered in hf.dlq, with its coordinates and reason.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	msgs, err := producerstest.ReadTopic(ctx, addr, schemas.TopicDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := map[int64]bool{}
+	for _, m := range msgs {
+		ev, err := schemas.Decode(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := ev.(*schemas.Rejected)
+		if r.SourceTopic != schemas.TopicSamples || r.Partition != 0 || r.Stage != schemas.StageSyntax || r.ReasonCode != schemas.CodeOutOfRange || len(r.Payload) == 0 {
+			t.Fatalf("dead letter %+v: want hf.samples/0, stage syntax, out_of_range, with the payload", r)
+		}
+		dead[r.Offset] = true
+	}
+	if len(msgs) != len(badAt) || !dead[10] || !dead[21] || !dead[30] {
+		t.Fatalf("%d dead letters at offsets %v, want 3 at 10, 21 and 30", len(msgs), dead)
 	}
 }
 

@@ -103,6 +103,7 @@ type Trainer struct {
 	store        *CheckpointStore
 	ch           driver.Conn
 	writer       *kafka.Writer
+	dlq          *kafka.Writer // hf.dlq: the samples the trainer cannot use
 	index        int64
 	step         int64
 	trained      int64
@@ -184,6 +185,7 @@ type sampleMsg struct {
 	off     int64
 	s       *schemas.LabeledSample
 	err     error
+	raw     []byte // the message's bytes (capped), when it did not decode
 	arrived time.Time
 	// arrivedIndex is the model version index when the sample entered the buffer.
 	arrivedIndex int64
@@ -215,6 +217,8 @@ func (t *Trainer) Run(ctx context.Context) error {
 	defer t.ch.Close()
 	t.writer = kafkax.NewWriter(kafkax.WriterConfig{Brokers: t.cfg.Brokers, Topic: schemas.TopicCheckpoints, BatchSize: 1})
 	defer t.writer.Close()
+	t.dlq = kafkax.NewWriter(kafkax.WriterConfig{Brokers: t.cfg.Brokers, Topic: schemas.TopicDLQ, BatchSize: 1})
+	defer t.dlq.Close()
 	if err := t.restore(ctx); err != nil {
 		return startErr(err)
 	}
@@ -488,6 +492,9 @@ func (t *Trainer) readPartition(ctx context.Context, gen int, part int32, start 
 			sm.s = s
 		}
 		sm.err = err
+		if err != nil { // kept for the dead letter (capped like every payload)
+			sm.raw = append([]byte(nil), m.Value[:min(len(m.Value), schemas.DefaultLimits().Payload)]...)
+		}
 		select {
 		case msgs <- sm:
 		case <-ctx.Done():
@@ -530,7 +537,15 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 		if m.err != nil {
 			bad++
 			t.log.Error().Err(m.err).Str("topic", t.cfg.Topic).Int32("partition", m.part).Int64("offset", m.off).
-				Msg("skipping undecodable sample: it is consumed, not retried; fix its producer and re-send it")
+				Msg("skipping undecodable sample: it is consumed, not retried, and dead-lettered in hf.dlq; fix its producer and re-send it")
+			code := schemas.CodeMalformed
+			var fe *schemas.FieldError
+			if errors.As(m.err, &fe) && fe.Code != "" {
+				code = fe.Code
+			}
+			if err := t.deadLetter(ctx, m, schemas.StageDecode, code, m.err.Error(), m.raw); err != nil {
+				return err
+			}
 			continue
 		}
 		s := m.s
@@ -538,7 +553,11 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 			bad++
 			t.metrics.invalid.WithLabelValues(fe.Code).Inc()
 			t.log.Error().Err(fe).Str("reason", fe.Code).Str("topic", t.cfg.Topic).Int32("partition", m.part).Int64("offset", m.off).
-				Str("sample_id", s.SampleID).Msg("skipping invalid sample: it is consumed, not retried; fix its producer and re-send it")
+				Str("sample_id", s.SampleID).Msg("skipping invalid sample: it is consumed, not retried, and dead-lettered in hf.dlq; fix its producer and re-send it")
+			raw, _ := schemas.Encode(s) // what was read, for the record
+			if err := t.deadLetter(ctx, m, schemas.StageSyntax, fe.Code, fe.Error(), raw[:min(len(raw), schemas.DefaultLimits().Payload)]); err != nil {
+				return err
+			}
 			continue
 		}
 		label := LabelIndex(s.Label)
@@ -617,6 +636,31 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 		Float64("staleness_versions_p95", row.sv95).Float64("staleness_model_p95", row.sm95).
 		Dur("took", time.Since(start)).Msg("step")
 	_ = ctx
+	return nil
+}
+
+// deadLetter writes the rejected record of a sample the trainer skips to
+// hf.dlq and waits for its acknowledgement: the sample's offset is part of
+// the next checkpoint, so a record not written now would never be. Its event
+// id derives from the sample's coordinates, so a sample read again after a
+// restart is dead-lettered again under the same id.
+func (t *Trainer) deadLetter(ctx context.Context, m sampleMsg, stage, code, msg string, payload []byte) error {
+	rec := &schemas.Rejected{Envelope: schemas.Envelope{EventTime: time.Now().UTC().Truncate(time.Millisecond), Source: "trainer:" + t.cfg.Name},
+		Stage: stage, ReasonCode: code, Message: msg, SourceTopic: t.cfg.Topic, Partition: m.part, Offset: m.off, Payload: payload}
+	if m.s != nil {
+		rec.Project = m.s.Project
+	}
+	rec.EventID = schemas.DeriveEventID(rec)
+	b, err := schemas.Encode(rec)
+	if err == nil {
+		// A stop arriving now does not cut the record short.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err = t.dlq.WriteMessages(wctx, kafka.Message{Key: []byte(rec.PartitionKey()), Value: b})
+		cancel()
+	}
+	if err != nil {
+		return fmt.Errorf("dead-letter %s/%d@%d (%s): %w", t.cfg.Topic, m.part, m.off, code, err)
+	}
 	return nil
 }
 
