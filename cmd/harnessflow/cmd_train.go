@@ -8,6 +8,7 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/prio"
 	"github.com/harnessflow/harnessflow/trainer"
 )
 
@@ -17,6 +18,7 @@ func newTrainCmd() *cobra.Command {
 	var cfg trainer.Config
 	var brokers string
 	var lr float64
+	var nice int
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Run the continuous trainer: consume hf.samples, train the reward model, serve /v1/score",
@@ -33,11 +35,14 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 			cfg.Brokers = kafkax.ParseBrokers(brokers)
 			cfg.Model.LR = float32(lr)
 			log := logx.New("trainer")
+			if err := prio.SetNice(nice); err != nil {
+				return withCode(2, err)
+			}
 			t, err := trainer.New(cfg, trainer.WithLogger(log))
 			if err != nil {
 				return withCode(2, err)
 			}
-			log.Info().Str("device", t.Device()).Str("listen", cfg.Listen).Msg("trainer starting")
+			log.Info().Str("device", t.Device()).Str("listen", cfg.Listen).Int("nice", nice).Msg("trainer starting")
 			if err := t.Run(cmd.Context()); err != nil {
 				if errors.Is(err, trainer.ErrConfig) {
 					return withCode(2, err)
@@ -56,6 +61,7 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 	f.StringVar(&cfg.Device, "device", "auto", "compute backend: auto, cpu or cuda")
 	f.StringVar(&cfg.Group, "group", "hf-trainer", "Kafka consumer group")
 	f.IntVar(&cfg.BatchSize, "batch-size", 256, "samples per step")
+	f.IntVar(&nice, "nice", 10, "CPU scheduling nice value, 0 to 19: the trainer runs behind the processors, the sink and ClickHouse when they share the CPUs (0 keeps the normal priority)")
 	f.DurationVar(&cfg.BatchAge, "batch-age", 2*time.Second, "train a partial batch once its oldest sample waited this long")
 	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 100, "checkpoint every N steps")
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 30*time.Second, "checkpoint at least this often while consuming")
