@@ -1,11 +1,12 @@
 package fleet
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/harnessflow/harnessflow/internal/procstat"
 )
 
 // userHZ is the unit of the CPU times in /proc: Linux reports them in
@@ -29,14 +30,9 @@ func CPUSeconds(pid int) (float64, error) {
 // hold spaces and parentheses itself, so fields are counted after the last
 // ')'.
 func parseStatCPU(b []byte) (float64, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("fleet: /proc stat line without a command name: %.40q", b)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state), so field n is f[n-3].
-	if len(f) < 13 {
-		return 0, fmt.Errorf("fleet: /proc stat line with %d fields after the name, want >= 13", len(f))
+	f, err := procstat.Fields(b, 13)
+	if err != nil {
+		return 0, fmt.Errorf("fleet: %w", err)
 	}
 	var ticks float64
 	for _, s := range f[11:13] {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+
+	"github.com/harnessflow/harnessflow/internal/procstat"
 )
 
 // setNice sets n on every thread in /proc/self/task. A thread cloned while
@@ -65,33 +67,11 @@ func Nice(tid int) (int, error) {
 	return statNice(b)
 }
 
-// statNice reads the nice field of a /proc stat line. The command name (field
-// 2) is in parentheses and may hold spaces, so fields are counted after the
-// last ')'.
+// statNice reads the nice field (19) of a /proc stat line.
 func statNice(b []byte) (int, error) {
-	i := len(b) - 1
-	for i >= 0 && b[i] != ')' {
-		i--
+	f, err := procstat.Fields(b, 19-2)
+	if err != nil {
+		return 0, err
 	}
-	if i < 0 {
-		return 0, fmt.Errorf("stat line without a command name")
-	}
-	// After ')' come field 3 (state) onwards; nice is field 19.
-	field, start := 2, -1
-	for j := i + 1; j < len(b); j++ {
-		if b[j] == ' ' {
-			if start >= 0 {
-				if field == 19 {
-					return strconv.Atoi(string(b[start:j]))
-				}
-				start = -1
-			}
-			continue
-		}
-		if start < 0 {
-			start = j
-			field++
-		}
-	}
-	return 0, fmt.Errorf("stat line has no field 19")
+	return strconv.Atoi(f[19-3])
 }
