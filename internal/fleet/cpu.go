@@ -26,9 +26,7 @@ func CPUSeconds(pid int) (float64, error) {
 }
 
 // parseStatCPU takes utime and stime (fields 14 and 15) from a
-// /proc/PID/stat line. The command name (field 2) is in parentheses and may
-// hold spaces and parentheses itself, so fields are counted after the last
-// ')'.
+// /proc/PID/stat line (procstat.Fields).
 func parseStatCPU(b []byte) (float64, error) {
 	f, err := procstat.Fields(b, 13)
 	if err != nil {

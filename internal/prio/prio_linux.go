@@ -20,7 +20,7 @@ func setNice(n int) error {
 		}
 		changed := false
 		for _, tid := range tids {
-			cur, err := Nice(tid)
+			cur, err := niceOf(tid)
 			if err != nil {
 				continue // the thread exited
 			}
@@ -57,19 +57,10 @@ func threads() ([]int, error) {
 	return tids, nil
 }
 
-// Nice returns the nice value of thread tid of this process (field 19 of
-// /proc/self/task/TID/stat).
-func Nice(tid int) (int, error) {
-	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	return statNice(b)
-}
-
-// statNice reads the nice field (19) of a /proc stat line.
-func statNice(b []byte) (int, error) {
-	f, err := procstat.Fields(b, 19-2)
+// niceOf returns the nice value (field 19 of /proc/self/task/TID/stat) of
+// thread tid of this process.
+func niceOf(tid int) (int, error) {
+	f, err := procstat.Read("/proc/self/task/"+strconv.Itoa(tid)+"/stat", 19-2)
 	if err != nil {
 		return 0, err
 	}

@@ -58,7 +58,7 @@ func childCheck() error {
 	}
 	var bad []string
 	for _, tid := range tids {
-		n, err := Nice(tid)
+		n, err := niceOf(tid)
 		if err != nil {
 			continue
 		}
@@ -92,23 +92,15 @@ func TestSetNiceRange(t *testing.T) {
 	}
 }
 
-func TestStatNice(t *testing.T) {
-	line := "4242 (my) (odd prog) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 30 10 3 0 12345 1000 200\n"
-	n, err := statNice([]byte(line))
-	if err != nil || n != 10 {
-		t.Fatalf("statNice = %d, %v; want 10", n, err)
-	}
-	if _, err := statNice([]byte("4242 no name here")); err == nil {
-		t.Error("a line without ')' was accepted")
-	}
-	if _, err := statNice([]byte("1 (x) S 1 2")); err == nil {
-		t.Error("a short line was accepted")
-	}
-	own, err := Nice(os.Getpid())
+func TestNiceOf(t *testing.T) {
+	own, err := niceOf(os.Getpid()) // the main thread's id is the process id
 	if err != nil {
 		t.Fatal(err)
 	}
-	if own < -20 || own > 19 {
+	if own < -20 || own > MaxNice {
 		t.Errorf("own nice %d out of range", own)
+	}
+	if _, err := niceOf(-1); err == nil {
+		t.Error("thread -1 answered")
 	}
 }

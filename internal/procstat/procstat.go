@@ -5,8 +5,20 @@ package procstat
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strings"
 )
+
+// Read reads the stat file at path (/proc/PID/stat, /proc/self/task/TID/stat)
+// and returns its Fields. It fails where /proc is not available or the process
+// or thread is gone.
+func Read(path string, min int) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Fields(b, min)
+}
 
 // Fields returns the fields after the command name of a stat line: element 0
 // is field 3 (state), so field n (as proc(5) numbers them) is element n-3.
