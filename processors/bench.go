@@ -23,6 +23,14 @@ import (
 // benchMergeIdle is the MergeIdle of Bench's processor.
 const benchMergeIdle = 20 * time.Millisecond
 
+// DefaultBenchFetchWait is BenchConfig.FetchWait's default. A message is
+// merged past an empty sibling stream only once a fetch sent MergeIdle after
+// it arrived found that stream still at its end, and such a fetch comes back
+// only after FetchWait: at the processor's default (250ms) every merge past a
+// drained sibling waited up to twice that, which is most of what
+// benchMergeIdle saves.
+const DefaultBenchFetchWait = 50 * time.Millisecond
+
 // BenchConfig sizes `harnessflow bench process`.
 type BenchConfig struct {
 	// Brokers to run against. Required.
@@ -43,6 +51,9 @@ type BenchConfig struct {
 	MemProfile io.Writer
 	// FetchMaxBytes is the processor's Config.FetchMaxBytes (0: default).
 	FetchMaxBytes int
+	// FetchWait is the processor's Config.FetchWait. Default:
+	// DefaultBenchFetchWait.
+	FetchWait time.Duration
 	// OutcomeBatch is the processor's Config.OutcomeBatch (0: default).
 	OutcomeBatch int
 	// Relay also measures the plumbing the two stages stand on, with no
@@ -114,6 +125,9 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 	}
 	if bc.Seed == 0 {
 		bc.Seed = 1
+	}
+	if bc.FetchWait == 0 {
+		bc.FetchWait = DefaultBenchFetchWait
 	}
 	if len(bc.Brokers) == 0 {
 		return nil, kafkax.ErrNoBrokers
@@ -188,7 +202,7 @@ func Bench(ctx context.Context, bc BenchConfig) (*BenchResult, error) {
 	// doc.go), it would only add a fixed wait at the log's end (2s by
 	// default) to a throughput measurement.
 	p, err := New(Config{Brokers: bc.Brokers, Group: fmt.Sprintf("bench-%d", stamp), StopWhenCaughtUp: true,
-		MergeIdle: benchMergeIdle, FetchMaxBytes: bc.FetchMaxBytes, OutcomeBatch: bc.OutcomeBatch}, WithLogger(bc.Log))
+		MergeIdle: benchMergeIdle, FetchWait: bc.FetchWait, FetchMaxBytes: bc.FetchMaxBytes, OutcomeBatch: bc.OutcomeBatch}, WithLogger(bc.Log))
 	if err != nil {
 		return nil, err
 	}

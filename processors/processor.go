@@ -400,6 +400,9 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	out, spare := &sink{}, &sink{}
 	processed, since := 0, time.Now()
 	rebuilt := false
+	// idled: idle ran since the last processed message (it runs again only
+	// after new input, not on every empty fetch).
+	idled := false
 	ticker := time.NewTicker(cfg.FetchWait)
 	defer ticker.Stop()
 	attach := func(f fetched) error {
@@ -504,6 +507,14 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 			best.in.Inc()
 			process(m, emit, out, now)
 			processed++
+			idled = false
+		}
+		if blocked && idle != nil && !idled && w.allAtEnd() {
+			// Every stream is at its end: run idle now rather than at the
+			// next tick, so a run that stops when caught up does not wait a
+			// FetchWait for its last held finishes.
+			idle(out, now)
+			idled = true
 		}
 		if !rebuilt && w.rebuildDone() {
 			rebuilt = true
@@ -535,6 +546,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 				tick(out, time.Now())
 				if idle != nil {
 					idle(out, time.Now())
+					idled = true
 				}
 			}
 		case err := <-w.flushDone:

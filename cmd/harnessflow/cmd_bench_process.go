@@ -89,6 +89,7 @@ messages per relayed record, to see what batching hf.outcomes would buy.`,
 	cmd.Flags().Int64Var(&bc.Seed, "seed", 1, "campaign seed")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the process phase to this file (go tool pprof)")
 	cmd.Flags().IntVar(&bc.FetchMaxBytes, "fetch-max-bytes", 0, "the processor's --fetch-max-bytes (0: its default)")
+	cmd.Flags().DurationVar(&bc.FetchWait, "fetch-wait", processors.DefaultBenchFetchWait, "the processor's --fetch-wait (its merge past an empty sibling waits for a fetch that comes back after this)")
 	cmd.Flags().IntVar(&bc.OutcomeBatch, "outcome-batch", 0, "the processor's --outcome-batch (0: its default; 1: one hf.outcomes record per event)")
 	cmd.Flags().BoolVar(&bc.Relay, "relay", false, "also measure the read -> write -> read relay floor under both stages")
 	cmd.Flags().IntVar(&bc.RelayBatch, "relay-batch", 1, "raw messages packed into one relayed record (what batching hf.outcomes records would buy); packing restarts at each write of 2000 messages, so K above 2000 acts as 2000")
