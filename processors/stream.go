@@ -148,6 +148,7 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 			return fetched{}, err
 		}
 		if r.Offset < *offset {
+			release(r)
 			continue
 		}
 		if len(slab) == cap(slab) {
@@ -158,6 +159,7 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 		if m.key, err = protocol.ReadAll(r.Key); err == nil {
 			m.value, err = protocol.ReadAll(r.Value)
 		}
+		release(r)
 		if err != nil {
 			return fetched{}, err
 		}
@@ -200,6 +202,20 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 	}
 	*offset = out.next
 	return out, nil
+}
+
+// release closes a fetched record's key and value once they are copied out.
+// They reference the fetch's 64 KiB pages, which go back to kafka-go's page
+// pool only when every reference to them is closed; left open, every record
+// batch read took fresh zeroed pages (a whole page even for a batch of a few
+// records) and left them to the GC.
+func release(r *kafka.Record) {
+	if r.Key != nil {
+		r.Key.Close()
+	}
+	if r.Value != nil {
+		r.Value.Close()
+	}
 }
 
 // stream is the merge loop's view of one fetcher.
