@@ -3,6 +3,7 @@ package chsink
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -42,6 +43,15 @@ func NewConnWriter(conn driver.Conn, database string) BatchWriter {
 	return &connWriter{conn: conn, database: database}
 }
 
+// BlockRows is the most rows connWriter sends in one native-protocol data
+// block: a larger batch goes out as several blocks of one INSERT. The client
+// then holds one block's column buffers and compressed frame at a time, not
+// the whole batch's, so the sink's memory does not follow the size of its
+// largest batch (a batch grows while ClickHouse is slow). The server squashes
+// the blocks of an INSERT (min_insert_block_size_rows), so they still make one
+// part.
+const BlockRows = 16384
+
 func (w *connWriter) WriteBatch(ctx context.Context, table string, columns []string, data []any) error {
 	q := "INSERT INTO " + chx.QuoteIdent(w.database) + "." + chx.QuoteIdent(table) + " (" + quoteAll(columns) + ")"
 	b, err := w.conn.PrepareBatch(ctx, q)
@@ -49,9 +59,34 @@ func (w *connWriter) WriteBatch(ctx context.Context, table string, columns []str
 		return fmt.Errorf("prepare: %w", err)
 	}
 	defer b.Abort()
+	cols := make([]reflect.Value, len(data))
+	n := -1
 	for i, col := range data {
-		if err := b.Column(i).Append(col); err != nil {
-			return fmt.Errorf("column %s: %w", columns[i], err)
+		cols[i] = reflect.ValueOf(col)
+		if cols[i].Kind() != reflect.Slice {
+			return fmt.Errorf("column %s: %T is not a slice", columns[i], col)
+		}
+		if n >= 0 && cols[i].Len() != n {
+			return fmt.Errorf("column %s: %d values, column %s has %d", columns[i], cols[i].Len(), columns[0], n)
+		}
+		n = cols[i].Len()
+	}
+	for lo := 0; ; lo += BlockRows {
+		hi := min(lo+BlockRows, n)
+		for i := range cols {
+			col := data[i]
+			if lo > 0 || hi < n {
+				col = cols[i].Slice(lo, hi).Interface()
+			}
+			if err := b.Column(i).Append(col); err != nil {
+				return fmt.Errorf("column %s: %w", columns[i], err)
+			}
+		}
+		if hi >= n {
+			break
+		}
+		if err := b.Flush(); err != nil {
+			return fmt.Errorf("send the block at row %d: %w", lo, err)
 		}
 	}
 	if err := b.Send(); err != nil {

@@ -1,0 +1,69 @@
+package chsink_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/sinks/chsink"
+)
+
+// TestConnWriterSendsLargeBatchesInBlocks writes batches of several sizes
+// around chsink.BlockRows through the real writer: every row arrives once
+// with its values in place, and a batch sent as several blocks is still one
+// part (the server squashes the blocks of one INSERT).
+func TestConnWriterSendsLargeBatchesInBlocks(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	ctx := context.Background()
+	w := chsink.NewConnWriter(ch.Conn, ch.Database)
+	for _, n := range []int{0, 1, chsink.BlockRows, chsink.BlockRows + 1, 2*chsink.BlockRows + 123} {
+		table := fmt.Sprintf("wb_%d", n)
+		if err := ch.Conn.Exec(ctx, "CREATE TABLE "+table+" (id UInt64, s String, x Float64) ENGINE = MergeTree ORDER BY id"); err != nil {
+			t.Fatal(err)
+		}
+		ids, ss, xs := make([]uint64, n), make([]string, n), make([]float64, n)
+		var wantSum uint64
+		for i := range n {
+			ids[i], ss[i], xs[i] = uint64(i), fmt.Sprintf("row-%d", i), float64(i)/2
+			wantSum += uint64(i)
+		}
+		if err := w.WriteBatch(ctx, table, []string{"id", "s", "x"}, []any{ids, ss, xs}); err != nil {
+			t.Fatalf("%d rows: %v", n, err)
+		}
+		var rows, uniq, sum, bad uint64
+		q := "SELECT count(), uniqExact(id), sum(id), countIf(s != concat('row-', toString(id)) OR x != id / 2) FROM " + table
+		if err := ch.Conn.QueryRow(ctx, q).Scan(&rows, &uniq, &sum, &bad); err != nil {
+			t.Fatal(err)
+		}
+		if rows != uint64(n) || uniq != uint64(n) || sum != wantSum || bad != 0 {
+			t.Fatalf("%d rows written: count %d, distinct ids %d, sum %d (want %d), %d rows with wrong values", n, rows, uniq, sum, wantSum, bad)
+		}
+		parts, err := count(ch.Conn, "SELECT count() FROM system.parts WHERE active AND database = '"+ch.Database+"' AND table = '"+table+"'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := uint64(min(n, 1)); parts != want {
+			t.Fatalf("%d rows written: %d active parts, want %d", n, parts, want)
+		}
+	}
+}
+
+// TestConnWriterRejectsRaggedColumns: columns of different lengths are an
+// error that names them, and nothing is written.
+func TestConnWriterRejectsRaggedColumns(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	ctx := context.Background()
+	if err := ch.Conn.Exec(ctx, "CREATE TABLE ragged (id UInt64, s String) ENGINE = MergeTree ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	w := chsink.NewConnWriter(ch.Conn, ch.Database)
+	err := w.WriteBatch(ctx, "ragged", []string{"id", "s"}, []any{make([]uint64, chsink.BlockRows+5), make([]string, 3)})
+	if err == nil || !strings.Contains(err.Error(), "column s") {
+		t.Fatalf("WriteBatch of ragged columns = %v, want an error naming column s", err)
+	}
+	if n, err := count(ch.Conn, "SELECT count() FROM ragged"); err != nil || n != 0 {
+		t.Fatalf("ragged batch left %d rows (%v), want 0", n, err)
+	}
+}
