@@ -207,10 +207,15 @@ type Phase struct {
 	VisibleS    float64 `json:"visible_s"`
 	// PacedPerS is the paced emit rate, 0 when unpaced.
 	PacedPerS float64 `json:"paced_events_per_s,omitempty"`
-	// PollMS is the period at which visibility was polled.
-	PollMS   float64 `json:"poll_ms"`
-	Expected Counts  `json:"expected_rows"`
-	Got      Counts  `json:"rows"`
+	// PollMS is the period at which visibility was polled; Polls how many
+	// polls ran until the rows were visible, and PollQueryS the wall time
+	// of their queries in ClickHouse: the measurement's own load on the
+	// server, inside the CPU budget.
+	PollMS     float64 `json:"poll_ms"`
+	Polls      int     `json:"polls"`
+	PollQueryS float64 `json:"poll_query_s"`
+	Expected   Counts  `json:"expected_rows"`
+	Got        Counts  `json:"rows"`
 	// CPU is where the CPU went from the first emit until the rows were
 	// visible (nil when the phase did not complete).
 	CPU *CPU `json:"cpu,omitempty"`

@@ -92,7 +92,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	// Let the rest of the campaign (samples, round metrics) land before the
 	// next phase.
 	ph := &Phase{Expected: expected(c)}
-	if err := b.wait(ctx, "lat", ph, t0, 500*time.Millisecond); err != nil {
+	if _, err := b.wait(ctx, "lat", ph, t0, 500*time.Millisecond); err != nil {
 		return l, err
 	}
 	return l, nil

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/chx"
@@ -203,22 +205,24 @@ func (b *bench) phase(ctx context.Context, name string, p plan, chunks int, inj 
 	}
 	ph.ProduceS = time.Since(t0).Seconds()
 	b.pr("  %s: %d events produced in %.1fs (%.0f events/s); waiting for ClickHouse", name, ph.Events, ph.ProduceS, float64(ph.Events)/ph.ProduceS)
-	if err := b.wait(ctx, name, ph, t0, 500*time.Millisecond); err != nil {
+	cpu1, err := b.wait(ctx, name, ph, t0, 500*time.Millisecond)
+	if err != nil {
 		return ph, err
 	}
-	ph.CPU = cpuBudget(cpu0, b.cpuSnap(), ph.Events)
-	b.pr("  %s: cpu: %s", name, ph.CPU)
+	ph.CPU = cpuBudget(cpu0, cpu1, ph.Events)
+	b.pr("  %s: cpu: %s; %d visibility polls took %.2f s of queries", name, ph.CPU, ph.Polls, ph.PollQueryS)
 	return ph, nil
 }
 
 // wait polls ClickHouse until ph.Expected rows of the phase are visible
-// (counted, then confirmed deduplicated by event id), and the processors'
-// lag is 0. Times are measured from t0.
-func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, every time.Duration) error {
+// (counted, then checked exactly, see poller), and the processors' lag is
+// 0. Times are measured from t0; it returns the CPU snapshot taken when the
+// rows were visible.
+func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, every time.Duration) (cpuSnap, error) {
 	ph.PollMS = float64(every.Milliseconds())
 	deadline := time.Now().Add(b.cfg.PhaseTimeout)
 	lastPrint := time.Now()
-	dedup := false
+	pl := newPoller(b.cl.Conn(), b.prefix(name), ph.Expected)
 	var lastGot Counts
 	lastChange := time.Now()
 	for {
@@ -228,31 +232,39 @@ func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, 
 				ph.ProcessedS = now.Sub(t0).Seconds()
 			}
 		}
-		got, err := b.count(ctx, name, dedup)
+		tq := time.Now()
+		err := pl.poll(ctx)
+		ph.Polls++
+		ph.PollQueryS += time.Since(tq).Seconds()
 		if err == nil {
-			ph.Got = got
-			if ph.RawVisibleS == 0 && got.rawAtLeast(ph.Expected) {
-				if dedup {
-					ph.RawVisibleS = now.Sub(t0).Seconds()
-				} else if d, err := b.count(ctx, name, true); err == nil && d.rawAtLeast(ph.Expected) {
-					ph.RawVisibleS = now.Sub(t0).Seconds()
-				}
+			ph.Got = pl.counts()
+			if ph.RawVisibleS == 0 && pl.rawReached() {
+				ph.RawVisibleS = now.Sub(t0).Seconds()
 			}
-			if got.atLeast(ph.Expected) {
-				if !dedup {
-					// Confirm without duplicates; keep polling deduplicated.
-					dedup = true
-					if d, err := b.count(ctx, name, true); err == nil {
-						ph.Got = d
-						got = d
-					}
+			if pl.allReached() && ph.ProcessedS > 0 {
+				// Stop the clocks, then check the counts exactly: the check
+				// reads every row id of the phase, and it is the bench's
+				// work, not the pipeline's.
+				snap := b.cpuSnap()
+				tv := time.Now()
+				v, err := pl.verify(ctx)
+				ph.PollQueryS += time.Since(tv).Seconds()
+				if err != nil {
+					return cpuSnap{}, fmt.Errorf("%s: %w: rows %+v, want exactly %+v", name, err, pl.counts(), ph.Expected)
 				}
-				if got.atLeast(ph.Expected) && ph.ProcessedS > 0 {
+				ph.Got = pl.counts()
+				switch v {
+				case verified:
 					ph.VisibleS = now.Sub(t0).Seconds()
-					if got != ph.Expected {
-						return fmt.Errorf("%s: rows %+v, want exactly %+v", name, got, ph.Expected)
-					}
-					return nil
+					return snap, nil
+				case verifiedLate:
+					// Rows arrived between the poll and the check: the
+					// rows were complete when the check began.
+					ph.VisibleS = tv.Sub(t0).Seconds()
+					ph.RawVisibleS = max(ph.RawVisibleS, ph.VisibleS)
+					return snap, nil
+				default: // duplicates stood in for missing rows: poll on
+					ph.RawVisibleS = 0
 				}
 			}
 		} else {
@@ -261,7 +273,7 @@ func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, 
 		if ph.Got != lastGot {
 			lastGot, lastChange = ph.Got, time.Now()
 		} else if (ph.ProcessedS > 0 && ph.RawVisibleS > 0 && time.Since(lastChange) > stallAfter) || time.Since(lastChange) > 3*stallAfter {
-			return fmt.Errorf("%s: %w: no change for %s (processors caught up: %v, raw rows visible: %v): rows %+v, want %+v%s%s",
+			return cpuSnap{}, fmt.Errorf("%s: %w: no change for %s (processors caught up: %v, raw rows visible: %v): rows %+v, want %+v%s%s",
 				name, ErrNotVisible, time.Since(lastChange).Round(time.Second), ph.ProcessedS > 0, ph.RawVisibleS > 0,
 				ph.Got, ph.Expected, b.missing(ctx, name), b.rejections(ctx, name))
 		}
@@ -271,44 +283,207 @@ func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, 
 				ph.Got.raw(), ph.Expected.raw(), ph.Got.Samples, ph.Expected.Samples, ph.Got.Rounds, ph.Expected.Rounds, ph.Got.DLQ, ph.Expected.DLQ)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %w after %s: rows %+v, want %+v; see the children's logs in %s", name, ErrNotVisible,
+			return cpuSnap{}, fmt.Errorf("%s: %w after %s: rows %+v, want %+v; see the children's logs in %s", name, ErrNotVisible,
 				b.cfg.PhaseTimeout, ph.Got, ph.Expected, b.cfg.Dir)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return cpuSnap{}, ctx.Err()
 		case <-time.After(time.Until(now.Add(every))):
 		}
 	}
 }
 
-// count counts the phase's rows per table: count() while polling,
-// uniqExact(event_id) when dedup is set.
-func (b *bench) count(ctx context.Context, name string, dedup bool) (Counts, error) {
-	p := b.prefix(name)
+// countCols are the tables of Counts, in its field order, with the column
+// that carries a phase's prefix. rejected_events is counted apart (dlqExpr).
+var countCols = []struct{ table, col string }{
+	{"campaigns", "campaign_id"}, {"cells", "cell_id"}, {"task_attempts", "cell_id"},
+	{"skill_events", "cell_id"}, {"harness_updates", "cell_id"}, {"adherence_judgments", "cell_id"},
+	{"labeled_samples", "campaign_id"}, {"round_metrics", "campaign_id"},
+}
+
+// nCounts is the number of fields of Counts; the raw tables are the first
+// nRaw.
+const (
+	nCounts = 9
+	nRaw    = 6
+)
+
+func (c Counts) fields() [nCounts]int {
+	return [nCounts]int{c.Campaigns, c.Cells, c.Attempts, c.SkillEvents, c.Updates, c.Judgments, c.Samples, c.Rounds, c.DLQ}
+}
+
+func countsOf(v [nCounts]int) Counts {
+	return Counts{Campaigns: v[0], Cells: v[1], Attempts: v[2], SkillEvents: v[3], Updates: v[4],
+		Judgments: v[5], Samples: v[6], Rounds: v[7], DLQ: v[8]}
+}
+
+// countExpr is the subquery counting the phase's rows of table i of Counts:
+// count() or, with dedup, uniqExact(event_id). The dead letters are always
+// counted once per bad message: the processors' (hf.dlq); the sink records
+// its own decode failures beside them.
+func countExpr(prefix string, i int, dedup bool) string {
+	p := strings.ReplaceAll(prefix, "'", "")
+	if i == nCounts-1 {
+		return "(SELECT uniqExact(source_topic, source_partition, source_offset) FROM rejected_events WHERE source != 'sink' AND payload LIKE '%" + p + "%')"
+	}
 	agg := "count()"
 	if dedup {
 		agg = "uniqExact(event_id)"
 	}
-	like := "'" + strings.ReplaceAll(p, "'", "") + "%'"
-	sub := func(table, col string) string {
-		return "(SELECT " + agg + " FROM " + table + " WHERE " + col + " LIKE " + like + ")"
+	return "(SELECT " + agg + " FROM " + countCols[i].table + " WHERE " + countCols[i].col + " LIKE '" + p + "%')"
+}
+
+// queryInts runs SELECT exprs... and returns the values.
+func queryInts(ctx context.Context, conn driver.Conn, exprs []string) ([]int, error) {
+	vals := make([]uint64, len(exprs))
+	dest := make([]any, len(exprs))
+	for i := range vals {
+		dest[i] = &vals[i]
 	}
-	q := "SELECT " + strings.Join([]string{
-		sub("campaigns", "campaign_id"), sub("cells", "cell_id"), sub("task_attempts", "cell_id"),
-		sub("skill_events", "cell_id"), sub("harness_updates", "cell_id"), sub("adherence_judgments", "cell_id"),
-		sub("labeled_samples", "campaign_id"), sub("round_metrics", "campaign_id"),
-		// One dead letter per bad message: the processors' (hf.dlq); the
-		// sink records its own decode failures beside them.
-		"(SELECT uniqExact(source_topic, source_partition, source_offset) FROM rejected_events WHERE source != 'sink' AND payload LIKE '%" +
-			strings.ReplaceAll(p, "'", "") + "%')",
-	}, ", ")
-	var v [9]uint64
-	if err := b.cl.Conn().QueryRow(ctx, q).Scan(&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]); err != nil {
-		return Counts{}, err
+	if err := conn.QueryRow(ctx, "SELECT "+strings.Join(exprs, ", ")).Scan(dest...); err != nil {
+		return nil, err
 	}
-	return Counts{Campaigns: int(v[0]), Cells: int(v[1]), Attempts: int(v[2]), SkillEvents: int(v[3]), Updates: int(v[4]),
-		Judgments: int(v[5]), Samples: int(v[6]), Rounds: int(v[7]), DLQ: int(v[8])}, nil
+	out := make([]int, len(vals))
+	for i, v := range vals {
+		out[i] = int(v)
+	}
+	return out, nil
+}
+
+// errTooMany: a table holds more distinct rows of the phase than expected.
+var errTooMany = errors.New("more distinct rows than expected")
+
+// poller polls the rows of one phase table by table, doing as little work in
+// ClickHouse as it can while the clock runs, because the polls run on the
+// machine being measured. A table is counted with count() until it reaches
+// its expected rows, then not again; when every table has, verify checks
+// them all exactly (distinct event ids, since a redelivered row is one row
+// twice until a background merge removes it), once, after the clocks
+// stopped. A table whose distinct rows fall short is then polled
+// deduplicated until it is complete.
+type poller struct {
+	conn   driver.Conn
+	prefix string
+	want   [nCounts]int
+	got    [nCounts]int
+	// exact: the table is polled with distinct ids (the dead letters always).
+	exact   [nCounts]bool
+	reached [nCounts]bool
+}
+
+func newPoller(conn driver.Conn, prefix string, want Counts) *poller {
+	pl := &poller{conn: conn, prefix: prefix, want: want.fields()}
+	for i, w := range pl.want {
+		pl.reached[i] = w == 0
+		pl.exact[i] = i == nCounts-1
+	}
+	return pl
+}
+
+// poll counts the tables that have not reached their expected rows, in one
+// query.
+func (pl *poller) poll(ctx context.Context) error {
+	var idx []int
+	var exprs []string
+	for i, r := range pl.reached {
+		if !r {
+			idx = append(idx, i)
+			exprs = append(exprs, countExpr(pl.prefix, i, pl.exact[i]))
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	v, err := queryInts(ctx, pl.conn, exprs)
+	if err != nil {
+		return err
+	}
+	for k, i := range idx {
+		pl.got[i] = v[k]
+		pl.reached[i] = v[k] >= pl.want[i]
+	}
+	return nil
+}
+
+// verification is the outcome of verify.
+type verification int
+
+const (
+	// verified: every table holds exactly its expected distinct rows, and
+	// no row arrived since the poll that saw it reach them.
+	verified verification = iota
+	// verifiedLate: the same, but rows arrived after the poll (duplicates,
+	// or rows that completed a table whose count had reached its expected
+	// rows with duplicates): complete when the check began.
+	verifiedLate
+	// short: duplicates stood in for missing rows; those tables are polled
+	// exactly from now on.
+	short
+)
+
+// verify counts every table exactly (and the rows of tables expected empty,
+// which are never polled: an extra dead letter in a clean phase must not go
+// unseen). More distinct rows than expected is errTooMany.
+func (pl *poller) verify(ctx context.Context) (verification, error) {
+	exprs := make([]string, 0, 2*nCounts)
+	for i := range pl.want {
+		exprs = append(exprs, countExpr(pl.prefix, i, false), countExpr(pl.prefix, i, true))
+	}
+	v, err := queryInts(ctx, pl.conn, exprs)
+	if err != nil {
+		return short, err
+	}
+	out := verified
+	for i := range pl.want {
+		n, distinct := v[2*i], v[2*i+1]
+		if pl.exact[i] {
+			n = distinct // counted distinct when polled too
+		}
+		switch {
+		case distinct > pl.want[i]:
+			pl.got[i] = distinct
+			return short, fmt.Errorf("%s: %d distinct rows, want %d: %w", tableName(i), distinct, pl.want[i], errTooMany)
+		case distinct < pl.want[i]:
+			pl.exact[i], pl.reached[i] = true, false
+			out = short
+		case n != pl.got[i] && out == verified:
+			out = verifiedLate
+		}
+		pl.got[i] = distinct
+	}
+	return out, nil
+}
+
+func tableName(i int) string {
+	if i == nCounts-1 {
+		return "rejected_events"
+	}
+	return countCols[i].table
+}
+
+// counts is the latest count of every table (0 for a table expected empty,
+// which is only counted by verify).
+func (pl *poller) counts() Counts { return countsOf(pl.got) }
+
+// rawReached: every raw table reached its expected rows.
+func (pl *poller) rawReached() bool {
+	for i := range nRaw {
+		if !pl.reached[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// allReached: every table reached its expected rows.
+func (pl *poller) allReached() bool {
+	for _, r := range pl.reached {
+		if !r {
+			return false
+		}
+	}
+	return true
 }
 
 // stallAfter ends a wait whose counts stopped changing although every raw
