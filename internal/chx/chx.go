@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -29,6 +31,11 @@ const (
 	// PingMaxElapsed bounds the retries of the first ping (a server still
 	// starting, a restart in progress).
 	PingMaxElapsed = 30 * time.Second
+	// WriteTimeout bounds one write to a connection's socket. clickhouse-go
+	// ties a context's deadline to the socket only inside some calls (a
+	// batch's Send, not its Flush), so without it a write to a server that
+	// stopped reading could block for as long as TCP retransmits.
+	WriteTimeout = 2 * time.Minute
 	// MaxOpenConns and MaxIdleConns size the connection pool.
 	MaxOpenConns = 16
 	MaxIdleConns = 8
@@ -49,6 +56,14 @@ func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
 		Auth:     clickhouse.Auth{Database: database, Username: "default"},
 		Compression: &clickhouse.Compression{
 			Method: clickhouse.CompressionLZ4,
+		},
+		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: DialTimeout}
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return newWriteDeadlineConn(c, WriteTimeout), nil
 		},
 		DialTimeout:     DialTimeout,
 		ReadTimeout:     ReadTimeout,
@@ -162,4 +177,45 @@ func ParseVersion(raw string) Version {
 func QuoteIdent(name string) string {
 	r := strings.NewReplacer("\\", "\\\\", "`", "\\`")
 	return "`" + r.Replace(name) + "`"
+}
+
+// writeDeadlineConn bounds every Write by timeout, or by the deadline its
+// user set if that is sooner (a deadline set through SetDeadline or
+// SetWriteDeadline is never extended).
+type writeDeadlineConn struct {
+	net.Conn
+	timeout time.Duration
+	mu      sync.Mutex
+	user    time.Time // the user's write deadline; zero: none
+}
+
+func newWriteDeadlineConn(c net.Conn, timeout time.Duration) *writeDeadlineConn {
+	return &writeDeadlineConn{Conn: c, timeout: timeout}
+}
+
+func (c *writeDeadlineConn) Write(b []byte) (int, error) {
+	d := time.Now().Add(c.timeout)
+	c.mu.Lock()
+	if !c.user.IsZero() && c.user.Before(d) {
+		d = c.user
+	}
+	c.mu.Unlock()
+	if err := c.Conn.SetWriteDeadline(d); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *writeDeadlineConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.user = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *writeDeadlineConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.user = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
 }
