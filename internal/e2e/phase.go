@@ -247,24 +247,32 @@ func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, 
 				// work, not the pipeline's.
 				snap := b.cpuSnap()
 				tv := time.Now()
-				v, err := pl.verify(ctx)
+				v, rawLate, err := pl.verify(ctx)
 				ph.PollQueryS += time.Since(tv).Seconds()
-				if err != nil {
+				switch {
+				case errors.Is(err, errTooMany):
 					return cpuSnap{}, fmt.Errorf("%s: %w: rows %+v, want exactly %+v", name, err, pl.counts(), ph.Expected)
-				}
-				ph.Got = pl.counts()
-				switch v {
-				case verified:
+				case err != nil:
+					// Checked again at the next poll, with a new snapshot.
+					b.cfg.Log.Warn().Err(err).Msg("check row counts")
+				case v == verified:
+					ph.Got = pl.counts()
 					ph.VisibleS = now.Sub(t0).Seconds()
 					return snap, nil
-				case verifiedLate:
+				case v == verifiedLate:
 					// Rows arrived between the poll and the check: the
 					// rows were complete when the check began.
+					ph.Got = pl.counts()
 					ph.VisibleS = tv.Sub(t0).Seconds()
-					ph.RawVisibleS = max(ph.RawVisibleS, ph.VisibleS)
+					if rawLate {
+						ph.RawVisibleS = max(ph.RawVisibleS, ph.VisibleS)
+					}
 					return snap, nil
 				default: // duplicates stood in for missing rows: poll on
-					ph.RawVisibleS = 0
+					ph.Got = pl.counts()
+					if !pl.rawReached() {
+						ph.RawVisibleS = 0
+					}
 				}
 			}
 		} else {
@@ -366,7 +374,11 @@ type poller struct {
 	conn   driver.Conn
 	prefix string
 	want   [nCounts]int
+	// got is each table's latest count for reporting; polled the value of
+	// the poll that saw it reach its expected rows (count() or distinct ids,
+	// as it was polled), which verify compares against.
 	got    [nCounts]int
+	polled [nCounts]int
 	// exact: the table is polled with distinct ids (the dead letters always).
 	exact   [nCounts]bool
 	reached [nCounts]bool
@@ -400,7 +412,7 @@ func (pl *poller) poll(ctx context.Context) error {
 		return err
 	}
 	for k, i := range idx {
-		pl.got[i] = v[k]
+		pl.got[i], pl.polled[i] = v[k], v[k]
 		pl.reached[i] = v[k] >= pl.want[i]
 	}
 	return nil
@@ -424,17 +436,18 @@ const (
 
 // verify counts every table exactly (and the rows of tables expected empty,
 // which are never polled: an extra dead letter in a clean phase must not go
-// unseen). More distinct rows than expected is errTooMany.
-func (pl *poller) verify(ctx context.Context) (verification, error) {
+// unseen). More distinct rows than expected is errTooMany. rawLate reports
+// whether a raw table made the outcome verifiedLate.
+func (pl *poller) verify(ctx context.Context) (out verification, rawLate bool, err error) {
 	exprs := make([]string, 0, 2*nCounts)
 	for i := range pl.want {
 		exprs = append(exprs, countExpr(pl.prefix, i, false), countExpr(pl.prefix, i, true))
 	}
 	v, err := queryInts(ctx, pl.conn, exprs)
 	if err != nil {
-		return short, err
+		return short, false, err
 	}
-	out := verified
+	out = verified
 	for i := range pl.want {
 		n, distinct := v[2*i], v[2*i+1]
 		if pl.exact[i] {
@@ -443,16 +456,22 @@ func (pl *poller) verify(ctx context.Context) (verification, error) {
 		switch {
 		case distinct > pl.want[i]:
 			pl.got[i] = distinct
-			return short, fmt.Errorf("%s: %d distinct rows, want %d: %w", tableName(i), distinct, pl.want[i], errTooMany)
+			return short, false, fmt.Errorf("%s: %d distinct rows, want %d: %w", tableName(i), distinct, pl.want[i], errTooMany)
 		case distinct < pl.want[i]:
 			pl.exact[i], pl.reached[i] = true, false
 			out = short
-		case n != pl.got[i] && out == verified:
-			out = verifiedLate
+		case n != pl.polled[i]:
+			if out == verified {
+				out = verifiedLate
+			}
+			rawLate = rawLate || i < nRaw
 		}
 		pl.got[i] = distinct
 	}
-	return out, nil
+	if out == short {
+		rawLate = false
+	}
+	return out, rawLate, nil
 }
 
 func tableName(i int) string {

@@ -51,11 +51,11 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 			t.Fatalf("poll: %v", err)
 		}
 	}
-	verify := func(pl *poller, want verification) {
+	verify := func(pl *poller, want verification, wantRawLate bool) {
 		t.Helper()
-		got, err := pl.verify(ctx)
-		if err != nil || got != want {
-			t.Fatalf("verify = %v, %v; want %v", got, err, want)
+		got, rawLate, err := pl.verify(ctx)
+		if err != nil || got != want || rawLate != wantRawLate {
+			t.Fatalf("verify = %v, raw late %v, %v; want %v, raw late %v", got, rawLate, err, want, wantRawLate)
 		}
 	}
 
@@ -78,7 +78,7 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	if !pl.allReached() {
 		t.Fatalf("every row in, not reached: counts %+v", pl.counts())
 	}
-	verify(pl, verified)
+	verify(pl, verified, false)
 	if pl.counts() != want {
 		t.Fatalf("verified counts %+v, want %+v", pl.counts(), want)
 	}
@@ -92,7 +92,7 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	if !pl.allReached() {
 		t.Fatal("count() of 3 rows did not reach 3")
 	}
-	verify(pl, short)
+	verify(pl, short, false)
 	if pl.allReached() || pl.counts().Attempts != 2 {
 		t.Fatalf("after short: reached %v, attempts %d, want not reached at 2", pl.allReached(), pl.counts().Attempts)
 	}
@@ -107,7 +107,7 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	}
 	// Polled by distinct ids, a later duplicate changes nothing.
 	attempts("r2-a-", "a2")
-	verify(pl, verified)
+	verify(pl, verified, false)
 
 	// 2b. Counted complete, then a row arrives before the check: whether the
 	// rows were complete at the poll is unknown, so they count as complete
@@ -116,17 +116,38 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	attempts("r5-a-", "a1", "a2")
 	poll(pl)
 	attempts("r5-a-", "a1")
-	verify(pl, verifiedLate)
+	verify(pl, verifiedLate, true)
 	if pl.counts().Attempts != 2 {
 		t.Fatalf("verified late: attempts %d, want 2", pl.counts().Attempts)
 	}
+
+	// 2c. A table counted complete with a duplicate stays verified when
+	// another table came up short and the check runs again; a derived
+	// table's late row does not make the raw rows late.
+	pl = newPoller(ch.Conn, "r6-a-", Counts{Attempts: 2, Samples: 2})
+	attempts("r6-a-", "a1", "a2", "a1")
+	insert("labeled_samples", "event_id, campaign_id", []any{"s1", "r6-a-camp"}, []any{"s1", "r6-a-camp"})
+	poll(pl)
+	verify(pl, short, false)
+	insert("labeled_samples", "event_id, campaign_id", []any{"s2", "r6-a-camp"})
+	poll(pl)
+	if !pl.allReached() {
+		t.Fatalf("second sample in, not reached: %+v", pl.counts())
+	}
+	verify(pl, verified, false)
+	pl = newPoller(ch.Conn, "r7-a-", Counts{Attempts: 1, Samples: 1})
+	attempts("r7-a-", "a1")
+	insert("labeled_samples", "event_id, campaign_id", []any{"s1", "r7-a-camp"})
+	poll(pl)
+	insert("labeled_samples", "event_id, campaign_id", []any{"s1", "r7-a-camp"})
+	verify(pl, verifiedLate, false)
 
 	// 3. More distinct rows than expected, and a dead letter in a phase
 	// expected to have none.
 	pl = newPoller(ch.Conn, "r3-a-", Counts{Attempts: 1})
 	attempts("r3-a-", "a1", "a2")
 	poll(pl)
-	if _, err := pl.verify(ctx); !errors.Is(err, errTooMany) {
+	if _, _, err := pl.verify(ctx); !errors.Is(err, errTooMany) {
 		t.Fatalf("2 distinct attempts, 1 expected: verify = %v, want errTooMany", err)
 	}
 	dead := func(id, source string) []any {
@@ -137,7 +158,7 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 		dead("d1", "processors"), dead("d2", "processors"), dead("d3", "sink"))
 	pl = newPoller(ch.Conn, "r4-a-", Counts{})
 	poll(pl)
-	if _, err := pl.verify(ctx); !errors.Is(err, errTooMany) {
+	if _, _, err := pl.verify(ctx); !errors.Is(err, errTooMany) {
 		t.Fatalf("a dead letter in a phase expecting none: verify = %v, want errTooMany", err)
 	}
 	pl = newPoller(ch.Conn, "r4-a-", Counts{DLQ: 1})
@@ -145,5 +166,5 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	if !pl.allReached() {
 		t.Fatalf("one bad message: not reached, dlq %d", pl.counts().DLQ)
 	}
-	verify(pl, verified)
+	verify(pl, verified, false)
 }
