@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 )
@@ -17,7 +19,8 @@ import (
 func TestConnWriterSendsLargeBatchesInBlocks(t *testing.T) {
 	ch := testenv.ClickHouse(t)
 	ctx := context.Background()
-	w := chsink.NewConnWriter(ch.Conn, ch.Database)
+	conn := &blockCounter{Conn: ch.Conn}
+	w := chsink.NewConnWriter(conn, ch.Database)
 	for _, n := range []int{0, 1, chsink.BlockRows, chsink.BlockRows + 1, 2*chsink.BlockRows + 123} {
 		table := fmt.Sprintf("wb_%d", n)
 		if err := ch.Conn.Exec(ctx, "CREATE TABLE "+table+" (id UInt64, s String, x Float64) ENGINE = MergeTree ORDER BY id"); err != nil {
@@ -29,8 +32,18 @@ func TestConnWriterSendsLargeBatchesInBlocks(t *testing.T) {
 			ids[i], ss[i], xs[i] = uint64(i), fmt.Sprintf("row-%d", i), float64(i)/2
 			wantSum += uint64(i)
 		}
+		conn.blocks = nil
 		if err := w.WriteBatch(ctx, table, []string{"id", "s", "x"}, []any{ids, ss, xs}); err != nil {
 			t.Fatalf("%d rows: %v", n, err)
+		}
+		// Every block but the last is flushed, full.
+		if want := max(0, (n-1)/chsink.BlockRows); len(conn.blocks) != want {
+			t.Fatalf("%d rows: %d blocks flushed before the last (%v), want %d", n, len(conn.blocks), conn.blocks, want)
+		}
+		for _, r := range conn.blocks {
+			if r != chsink.BlockRows {
+				t.Fatalf("%d rows: flushed blocks of %v rows, want %d each", n, conn.blocks, chsink.BlockRows)
+			}
 		}
 		var rows, uniq, sum, bad uint64
 		q := "SELECT count(), uniqExact(id), sum(id), countIf(s != concat('row-', toString(id)) OR x != id / 2) FROM " + table
@@ -66,4 +79,28 @@ func TestConnWriterRejectsRaggedColumns(t *testing.T) {
 	if n, err := count(ch.Conn, "SELECT count() FROM ragged"); err != nil || n != 0 {
 		t.Fatalf("ragged batch left %d rows (%v), want 0", n, err)
 	}
+}
+
+// blockCounter records the rows of every block a batch flushes before Send.
+type blockCounter struct {
+	driver.Conn
+	blocks []int
+}
+
+func (c *blockCounter) PrepareBatch(ctx context.Context, query string, opts ...driver.PrepareBatchOption) (driver.Batch, error) {
+	b, err := c.Conn.PrepareBatch(ctx, query, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countingBatch{Batch: b, c: c}, nil
+}
+
+type countingBatch struct {
+	driver.Batch
+	c *blockCounter
+}
+
+func (b *countingBatch) Flush() error {
+	b.c.blocks = append(b.c.blocks, b.Batch.Rows())
+	return b.Batch.Flush()
 }
