@@ -323,11 +323,11 @@ type Storm struct {
 	Blocks    []StormBlock `json:"blocks"`
 }
 
-// StormBlock is one phase of the storm, with or without malformed messages.
+// StormBlock is one phase of the storm, with or without malformed messages
+// (its events are Phase.Events).
 type StormBlock struct {
 	Name          string  `json:"name"`
 	Malformed     bool    `json:"malformed"`
-	Events        int     `json:"events"`
 	E2EEventsPerS float64 `json:"e2e_events_per_s"`
 	Phase         Phase   `json:"phase"`
 }

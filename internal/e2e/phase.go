@@ -85,15 +85,6 @@ func (c *Counts) add(o Counts) {
 	c.DLQ += o.DLQ
 }
 
-func (c Counts) rawAtLeast(w Counts) bool {
-	return c.Campaigns >= w.Campaigns && c.Cells >= w.Cells && c.Attempts >= w.Attempts &&
-		c.SkillEvents >= w.SkillEvents && c.Updates >= w.Updates && c.Judgments >= w.Judgments
-}
-
-func (c Counts) atLeast(w Counts) bool {
-	return c.rawAtLeast(w) && c.Samples >= w.Samples && c.Rounds >= w.Rounds && c.DLQ >= w.DLQ
-}
-
 // expected counts the rows a processed campaign leaves (stack.CountDemo
 // for the derived ones).
 func expected(c *gen.Campaign) Counts {
@@ -303,7 +294,8 @@ func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, 
 }
 
 // countCols are the tables of Counts, in its field order, with the column
-// that carries a phase's prefix. rejected_events is counted apart (dlqExpr).
+// that carries a phase's prefix. rejected_events, the last field, is counted
+// apart (countExpr).
 var countCols = []struct{ table, col string }{
 	{"campaigns", "campaign_id"}, {"cells", "cell_id"}, {"task_attempts", "cell_id"},
 	{"skill_events", "cell_id"}, {"harness_updates", "cell_id"}, {"adherence_judgments", "cell_id"},
@@ -439,9 +431,20 @@ const (
 // unseen). More distinct rows than expected is errTooMany. rawLate reports
 // whether a raw table made the outcome verifiedLate.
 func (pl *poller) verify(ctx context.Context) (out verification, rawLate bool, err error) {
-	exprs := make([]string, 0, 2*nCounts)
+	// A table polled by distinct ids is counted that way only; the others
+	// both ways (n at [i][0], distinct at [i][1]).
+	var at [nCounts][2]int
+	var exprs []string
 	for i := range pl.want {
-		exprs = append(exprs, countExpr(pl.prefix, i, false), countExpr(pl.prefix, i, true))
+		if !pl.exact[i] {
+			at[i][0] = len(exprs)
+			exprs = append(exprs, countExpr(pl.prefix, i, false))
+		}
+		at[i][1] = len(exprs)
+		exprs = append(exprs, countExpr(pl.prefix, i, true))
+		if pl.exact[i] {
+			at[i][0] = at[i][1]
+		}
 	}
 	v, err := queryInts(ctx, pl.conn, exprs)
 	if err != nil {
@@ -449,10 +452,7 @@ func (pl *poller) verify(ctx context.Context) (out verification, rawLate bool, e
 	}
 	out = verified
 	for i := range pl.want {
-		n, distinct := v[2*i], v[2*i+1]
-		if pl.exact[i] {
-			n = distinct // counted distinct when polled too
-		}
+		n, distinct := v[at[i][0]], v[at[i][1]]
 		switch {
 		case distinct > pl.want[i]:
 			pl.got[i] = distinct

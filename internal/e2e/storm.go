@@ -119,7 +119,7 @@ func (b *bench) storm(ctx context.Context, p plan) (*Storm, error) {
 	b.pr("storm: %d blocks of %d events, storm and clean alternating (S C C S S C C S), %.2g %% malformed in the storm's",
 		len(stormOrder), stormChunks*p.events, cfg.MalformedPct)
 	st := &Storm{MalformedPct: cfg.MalformedPct, DLQByReason: map[string]int{}, SentByReason: map[string]int{}}
-	var stormEv, cleanEv int
+	var cleanEv int
 	var stormS, cleanS float64
 	for i, malformed := range stormOrder {
 		name := fmt.Sprintf("cl%d", i+1)
@@ -133,7 +133,7 @@ func (b *bench) storm(ctx context.Context, p plan) (*Storm, error) {
 		if ph == nil {
 			return st, fmt.Errorf("storm block %s: %w", name, err)
 		}
-		blk := StormBlock{Name: name, Malformed: malformed, Events: ph.Events, E2EEventsPerS: div(float64(ph.Events), ph.VisibleS), Phase: *ph}
+		blk := StormBlock{Name: name, Malformed: malformed, E2EEventsPerS: div(float64(ph.Events), ph.VisibleS), Phase: *ph}
 		st.Blocks = append(st.Blocks, blk)
 		if malformed {
 			st.Events += ph.Events
@@ -145,13 +145,13 @@ func (b *bench) storm(ctx context.Context, p plan) (*Storm, error) {
 			return st, fmt.Errorf("storm block %s: %w", name, err)
 		}
 		if malformed {
-			stormEv, stormS = stormEv+ph.Events, stormS+ph.VisibleS
+			stormS += ph.VisibleS
 		} else {
 			cleanEv, cleanS = cleanEv+ph.Events, cleanS+ph.VisibleS
 		}
 		b.pr("storm: block %s %.0f events/s", name, blk.E2EEventsPerS)
 	}
-	st.E2EEventsPerS = div(float64(stormEv), stormS)
+	st.E2EEventsPerS = div(float64(st.Events), stormS)
 	st.CleanPerS = div(float64(cleanEv), cleanS)
 	st.RateRatio = div(st.E2EEventsPerS, st.CleanPerS)
 	b.pr("storm: end to end %.0f events/s vs clean %.0f (ratio %.3f); %d malformed sent, %d in rejected_events %v",
