@@ -3,7 +3,10 @@ package chserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +25,18 @@ func TestStartKillRestartKeepsData(t *testing.T) {
 	defer srv.Stop()
 	if srv.Version() == "" || !strings.Contains(srv.Version(), ".") {
 		t.Fatalf("Version() = %q", srv.Version())
+	}
+	// The server runs with the allocator setting, or the operator's own.
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", srv.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "MALLOC_CONF=" + chserver.AllocatorConf
+	if v, ok := os.LookupEnv("MALLOC_CONF"); ok {
+		want = "MALLOC_CONF=" + v
+	}
+	if !slices.Contains(strings.Split(string(environ), "\x00"), want) {
+		t.Fatalf("server environment lacks %s", want)
 	}
 	conn, err := chx.Open(ctx, srv.Addr(), "")
 	if err != nil {

@@ -18,29 +18,51 @@ const userHZ = 100
 // in seconds, from /proc/PID/stat (all its threads; not its children). It
 // fails where /proc is not available or the process is gone.
 func CPUSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(b)
+	u, err := ReadUsage(pid)
+	return u.CPUSeconds, err
 }
 
-// parseStatCPU takes utime and stime (fields 14 and 15) from a
-// /proc/PID/stat line (procstat.Fields).
-func parseStatCPU(b []byte) (float64, error) {
+// Usage is what a process has used so far (all its threads, not its
+// children), from /proc/PID/stat.
+type Usage struct {
+	// CPUSeconds is user + system time.
+	CPUSeconds float64
+	// MinorFaults is page faults served without I/O: on a virtual machine
+	// each is a trip through the hypervisor's paging as well as the
+	// kernel's zeroing of a fresh page, so they are worth counting apart.
+	MinorFaults int64
+}
+
+// ReadUsage reads a process's Usage. It fails where /proc is not available
+// or the process is gone.
+func ReadUsage(pid int) (Usage, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Usage{}, err
+	}
+	return parseStat(b)
+}
+
+// parseStat takes minflt (field 10), utime and stime (fields 14 and 15)
+// from a /proc/PID/stat line (procstat.Fields).
+func parseStat(b []byte) (Usage, error) {
 	f, err := procstat.Fields(b, 13)
 	if err != nil {
-		return 0, fmt.Errorf("fleet: %w", err)
+		return Usage{}, fmt.Errorf("fleet: %w", err)
 	}
 	var ticks float64
 	for _, s := range f[11:13] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("fleet: /proc stat cpu time %q: %w", s, err)
+			return Usage{}, fmt.Errorf("fleet: /proc stat cpu time %q: %w", s, err)
 		}
 		ticks += float64(v)
 	}
-	return ticks / userHZ, nil
+	flt, err := strconv.ParseInt(f[7], 10, 64)
+	if err != nil {
+		return Usage{}, fmt.Errorf("fleet: /proc stat minflt %q: %w", f[7], err)
+	}
+	return Usage{CPUSeconds: ticks / userHZ, MinorFaults: flt}, nil
 }
 
 // MachineCPU is the whole machine's CPU time so far, in seconds summed over

@@ -6,21 +6,46 @@ import (
 	"testing"
 )
 
-func TestParseStatCPU(t *testing.T) {
-	// A command name with a space and a ')' of its own; utime 1234, stime 566.
-	line := []byte("4242 (odd) name) S 1 4242 4242 0 -1 4194560 500 0 0 0 1234 566 0 0 20 0 12 0 100 1000 200 18446744073709551615\n")
-	got, err := parseStatCPU(line)
+func TestParseStat(t *testing.T) {
+	// A command name with a space and a ')' of its own; minflt 500 (cminflt
+	// 7 beside it), utime 1234, stime 566.
+	line := []byte("4242 (odd) name) S 1 4242 4242 0 -1 4194560 500 7 0 0 1234 566 0 0 20 0 12 0 100 1000 200 18446744073709551615\n")
+	got, err := parseStat(line)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 18.0; math.Abs(got-want) > 1e-9 {
-		t.Fatalf("cpu = %v s, want %v (utime 1234 + stime 566 ticks at 100/s)", got, want)
+	if want := 18.0; math.Abs(got.CPUSeconds-want) > 1e-9 {
+		t.Fatalf("cpu = %v s, want %v (utime 1234 + stime 566 ticks at 100/s)", got.CPUSeconds, want)
 	}
-	for _, bad := range []string{"no name here", "1 (x) S 1 2 3", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 abc 5 0"} {
-		if _, err := parseStatCPU([]byte(bad)); err == nil {
-			t.Errorf("parseStatCPU(%q): no error", bad)
+	if got.MinorFaults != 500 {
+		t.Fatalf("minor faults = %d, want 500", got.MinorFaults)
+	}
+	for _, bad := range []string{"no name here", "1 (x) S 1 2 3", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 abc 5 0", "1 (x) S 1 1 1 0 -1 0 x 0 0 0 4 5 0"} {
+		if _, err := parseStat([]byte(bad)); err == nil {
+			t.Errorf("parseStat(%q): no error", bad)
 		}
 	}
+}
+
+func TestReadUsageOfSelf(t *testing.T) {
+	u, err := ReadUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Touch fresh memory: each new page (or huge page, where the kernel
+	// backs the heap with them) is a minor fault.
+	b := make([]byte, 64<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	u2, err := ReadUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := u2.MinorFaults - u.MinorFaults; d < 16 {
+		t.Fatalf("minor faults rose by %d after touching 64 MiB of fresh memory", d)
+	}
+	_ = b[len(b)-1]
 }
 
 func TestParseProcStat(t *testing.T) {
