@@ -36,6 +36,15 @@ type CPU struct {
 	// at which this phase's cost per event would fill every CPU. A pipeline
 	// on a busy machine cannot go faster without costing less per event.
 	BoundEventsPerS float64 `json:"cpu_bound_events_per_s"`
+	// MinorFaults is page faults served without I/O per process over the
+	// phase (fresh memory the kernel zeroes; on a virtual machine each also
+	// costs the hypervisor's paging): memory a process returns to the
+	// kernel and takes back is paid again in each.
+	MinorFaults map[string]int64 `json:"minor_faults,omitempty"`
+	// BrokerRequests is the requests the embedded broker handled over the
+	// phase, per Kafka request name (Produce, Fetch, Metadata, ...). Part of
+	// the driver's CPU is paid per request.
+	BrokerRequests map[string]int64 `json:"broker_requests,omitempty"`
 	// Note says which figures are missing and why.
 	Note string `json:"note,omitempty"`
 }
@@ -45,7 +54,9 @@ type cpuSnap struct {
 	at      time.Time
 	pids    map[string]int
 	secs    map[string]float64
+	flts    map[string]int64
 	machine fleet.MachineCPU
+	reqs    map[string]int64
 	errs    []string
 }
 
@@ -54,30 +65,32 @@ var cpuComponents = []string{"driver", "clickhouse", "process", "sink", "train"}
 
 func (b *bench) cpuSnap() cpuSnap {
 	s := cpuSnap{at: time.Now(), pids: map[string]int{"driver": os.Getpid(), "clickhouse": b.cl.ClickHousePid(),
-		"process": b.cl.Processors.Pid(), "sink": b.cl.Sink.Pid(), "train": b.cl.Trainer.Pid()}, secs: map[string]float64{}}
+		"process": b.cl.Processors.Pid(), "sink": b.cl.Sink.Pid(), "train": b.cl.Trainer.Pid()}, secs: map[string]float64{}, flts: map[string]int64{}}
 	for name, pid := range s.pids {
 		if pid == 0 {
 			s.errs = append(s.errs, name+" not running")
 			continue
 		}
-		v, err := fleet.CPUSeconds(pid)
+		u, err := fleet.ReadUsage(pid)
 		if err != nil {
 			s.errs = append(s.errs, name+": "+err.Error())
 			continue
 		}
-		s.secs[name] = v
+		s.secs[name], s.flts[name] = u.CPUSeconds, u.MinorFaults
 	}
 	m, err := fleet.ReadMachineCPU()
 	if err != nil {
 		s.errs = append(s.errs, "machine: "+err.Error())
 	}
 	s.machine = m
+	s.reqs = b.reqs.snap()
 	return s
 }
 
 // cpuBudget is the difference of two snapshots over a phase of events.
 func cpuBudget(from, to cpuSnap, events int) *CPU {
-	c := &CPU{WallS: to.at.Sub(from.at).Seconds(), CPUs: to.machine.CPUs, CoreS: map[string]float64{}, USPerEvent: map[string]float64{}}
+	c := &CPU{WallS: to.at.Sub(from.at).Seconds(), CPUs: to.machine.CPUs, CoreS: map[string]float64{}, USPerEvent: map[string]float64{},
+		MinorFaults: map[string]int64{}}
 	notes := append(append([]string(nil), from.errs...), to.errs...)
 	complete := true
 	var pipeline float64
@@ -92,6 +105,7 @@ func cpuBudget(from, to cpuSnap, events int) *CPU {
 			notes = append(notes, fmt.Sprintf("%s restarted during the phase (pid %d -> %d)", name, from.pids[name], to.pids[name]))
 		default:
 			c.CoreS[name] = z - a
+			c.MinorFaults[name] = to.flts[name] - from.flts[name]
 			pipeline += z - a
 		}
 	}
@@ -113,6 +127,14 @@ func cpuBudget(from, to cpuSnap, events int) *CPU {
 		}
 		if complete && pipeline > 0 && c.CPUs > 0 {
 			c.BoundEventsPerS = float64(c.CPUs) * float64(events) / pipeline
+		}
+	}
+	if from.reqs != nil && to.reqs != nil {
+		c.BrokerRequests = map[string]int64{}
+		for k, v := range to.reqs {
+			if d := v - from.reqs[k]; d > 0 {
+				c.BrokerRequests[k] = d
+			}
 		}
 	}
 	sort.Strings(notes)
@@ -137,6 +159,29 @@ func (c *CPU) String() string {
 			p, c.USPerEvent["pipeline"], c.CPUs, c.BoundEventsPerS)
 	}
 	s += fmt.Sprintf("; machine busy %.2f over %.1f s, steal %.1f s", c.Busy, c.WallS, c.StealS)
+	if len(c.MinorFaults) > 0 {
+		var fs []string
+		for _, name := range cpuComponents {
+			if v, ok := c.MinorFaults[name]; ok {
+				fs = append(fs, fmt.Sprintf("%s %d", name, v))
+			}
+		}
+		s += "; minor page faults: " + strings.Join(fs, ", ")
+	}
+	if len(c.BrokerRequests) > 0 {
+		names := make([]string, 0, len(c.BrokerRequests))
+		for k, v := range c.BrokerRequests {
+			if v > 0 {
+				names = append(names, k)
+			}
+		}
+		sort.Slice(names, func(i, j int) bool { return c.BrokerRequests[names[i]] > c.BrokerRequests[names[j]] })
+		var rs []string
+		for _, k := range names {
+			rs = append(rs, fmt.Sprintf("%s %d", k, c.BrokerRequests[k]))
+		}
+		s += "; broker requests: " + strings.Join(rs, ", ")
+	}
 	if c.Note != "" {
 		s += " (" + c.Note + ")"
 	}

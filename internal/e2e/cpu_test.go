@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -14,9 +15,13 @@ func TestCPUBudget(t *testing.T) {
 	pids := map[string]int{"driver": 1, "clickhouse": 2, "process": 3, "sink": 4, "train": 5}
 	from := cpuSnap{at: t0, pids: pids,
 		secs:    map[string]float64{"driver": 10, "clickhouse": 20, "process": 30, "sink": 40, "train": 50},
+		flts:    map[string]int64{"driver": 100, "clickhouse": 200, "process": 300, "sink": 400, "train": 500},
+		reqs:    map[string]int64{"Produce": 10, "Fetch": 20, "Metadata": 5},
 		machine: fleet.MachineCPU{CPUs: 2, Busy: 500, Idle: 100, Steal: 1}}
 	to := cpuSnap{at: t0.Add(10 * time.Second), pids: pids,
 		secs:    map[string]float64{"driver": 14, "clickhouse": 24, "process": 35, "sink": 43, "train": 52},
+		flts:    map[string]int64{"driver": 150, "clickhouse": 1200, "process": 300, "sink": 410, "train": 507},
+		reqs:    map[string]int64{"Produce": 110, "Fetch": 320, "Metadata": 5, "Heartbeat": 3},
 		machine: fleet.MachineCPU{CPUs: 2, Busy: 519, Idle: 101, Steal: 1.5}}
 	c := cpuBudget(from, to, 200000)
 	want := map[string]float64{"driver": 4, "clickhouse": 4, "process": 5, "sink": 3, "train": 2, "pipeline": 18, "other": 1}
@@ -35,7 +40,17 @@ func TestCPUBudget(t *testing.T) {
 	if math.Abs(c.BoundEventsPerS-2*200000/18.0) > 1e-6 || c.Note != "" {
 		t.Errorf("bound %v note %q", c.BoundEventsPerS, c.Note)
 	}
-	if s := c.String(); !strings.Contains(s, "process 5.0 s (25.0 us/event)") || !strings.Contains(s, "at most 22222 events/s") {
+	wantFlt := map[string]int64{"driver": 50, "clickhouse": 1000, "process": 0, "sink": 10, "train": 7}
+	if !maps.Equal(c.MinorFaults, wantFlt) {
+		t.Errorf("minor faults %v, want %v", c.MinorFaults, wantFlt)
+	}
+	// Request kinds with no new request are left out; new kinds count from 0.
+	if wantReq := map[string]int64{"Produce": 100, "Fetch": 300, "Heartbeat": 3}; !maps.Equal(c.BrokerRequests, wantReq) {
+		t.Errorf("broker requests %v, want %v", c.BrokerRequests, wantReq)
+	}
+	if s := c.String(); !strings.Contains(s, "process 5.0 s (25.0 us/event)") || !strings.Contains(s, "at most 22222 events/s") ||
+		!strings.Contains(s, "minor page faults: driver 50, clickhouse 1000, process 0, sink 10, train 7") ||
+		!strings.Contains(s, "broker requests: Fetch 300, Produce 100, Heartbeat 3") {
 		t.Errorf("String() = %s", s)
 	}
 

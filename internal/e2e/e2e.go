@@ -386,7 +386,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cl.StartAll(); err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, cl: cl, pr: pr, run: fmt.Sprintf("e2e%d", time.Now().Unix()%1000000)}
+	b := &bench{cfg: cfg, cl: cl, pr: pr, run: fmt.Sprintf("e2e%d", time.Now().Unix()%1000000), reqs: countRequests(cl.Broker().Cluster())}
 	res := &Result{Date: time.Now().UTC().Format(time.RFC3339), Command: cfg.Command, Ratios: map[string]float64{}}
 	res.Machine = machine(ctx, cl)
 	pr("bench e2e: %d cores, %.1f GiB, %s, ClickHouse %s, logs in %s", res.Machine.Cores, res.Machine.MemoryGiB,
@@ -407,6 +407,8 @@ type bench struct {
 	cl  *fleet.Cluster
 	pr  func(string, ...any)
 	run string // prefix of every campaign id of this run
+	// reqs counts the embedded broker's requests (CPU budgets).
+	reqs *reqCounter
 }
 
 func (b *bench) run1(ctx context.Context, res *Result) error {
