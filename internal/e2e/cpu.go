@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -169,12 +171,7 @@ func (c *CPU) String() string {
 		s += "; minor page faults: " + strings.Join(fs, ", ")
 	}
 	if len(c.BrokerRequests) > 0 {
-		names := make([]string, 0, len(c.BrokerRequests))
-		for k, v := range c.BrokerRequests {
-			if v > 0 {
-				names = append(names, k)
-			}
-		}
+		names := slices.Collect(maps.Keys(c.BrokerRequests))
 		sort.Slice(names, func(i, j int) bool { return c.BrokerRequests[names[i]] > c.BrokerRequests[names[j]] })
 		var rs []string
 		for _, k := range names {
