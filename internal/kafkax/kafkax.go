@@ -168,6 +168,17 @@ func NewWriter(cfg WriterConfig) *kafka.Writer {
 	}
 }
 
+// ReaderMaxWait is how long a reader's fetch may wait at the broker for data
+// (Kafka's own fetch.max.wait.ms default). With MinBytes 1 the first record
+// ends the wait, so it bounds only the polls of idle partitions, not latency.
+// kafka-go asks the broker to answer within three quarters of it and drops
+// the connection when the answer misses the last quarter: at 100 ms that
+// margin was 25 ms, which a machine at full use misses often; the sink and
+// trainer of a co-located bench then redialled about 150 times a second,
+// each a new connection with ApiVersions, Metadata and ListOffsets
+// (bench/README.md).
+const ReaderMaxWait = 500 * time.Millisecond
+
 // ReaderConfig returns a kafka-go ReaderConfig with explicit fetch settings. It
 // uses explicit commits (CommitInterval 0: CommitMessages is synchronous) and
 // starts a new group at the first offset.
@@ -177,7 +188,7 @@ func ReaderConfig(brokers []string, group string, topics ...string) kafka.Reader
 		GroupID:           group,
 		MinBytes:          1,
 		MaxBytes:          8 << 20,
-		MaxWait:           100 * time.Millisecond,
+		MaxWait:           ReaderMaxWait,
 		ReadBatchTimeout:  5 * time.Second,
 		QueueCapacity:     1000,
 		CommitInterval:    0,

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
@@ -111,6 +114,44 @@ func TestBrokerDataSurvivesRestart(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("message written before the restart is gone")
+	}
+}
+
+// TestReaderKeepsItsConnectionWhenTheBrokerAnswersLate: a reader built from
+// ReaderConfig polls an idle partition through a broker that takes 40 ms
+// longer than asked to answer each fetch (a loaded machine). kafka-go drops
+// the connection when an answer misses the quarter of MaxWait it keeps for
+// itself; with the old 100 ms (a 25 ms margin) this reader redialled on
+// every poll, each dial costing the broker a connection, ApiVersions,
+// Metadata and ListOffsets.
+func TestReaderKeepsItsConnectionWhenTheBrokerAnswersLate(t *testing.T) {
+	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0", Opts: []kfake.Opt{kfake.SeedTopics(1, "idle")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var fetches atomic.Int64
+	// kfake arms a parked fetch's timer after the control functions
+	// return, so the delay adds to the broker's wait. Not handled: the
+	// function stays and the broker answers.
+	b.Cluster().ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		fetches.Add(1)
+		time.Sleep(40 * time.Millisecond)
+		return nil, nil, false
+	})
+	r := kafka.NewReader(kafkax.ReaderConfig([]string{b.Addr()}, "", "idle"))
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := r.FetchMessage(ctx); err == nil {
+		t.Fatal("fetched a message from an empty topic")
+	}
+	st := r.Stats()
+	// Three seconds hold about six polls at 500 ms; a reader that redials
+	// on each poll dials a dozen times or more.
+	if fetches.Load() < 6 || st.Dials > 2 {
+		t.Fatalf("over 3 s: %d fetch passes at the broker, %d dials, %d reader errors; want >= 6 passes over one connection (a redial means an answer missed kafka-go's deadline)",
+			fetches.Load(), st.Dials, st.Errors)
 	}
 }
 
