@@ -41,11 +41,12 @@ run:
               log-time windows cover at the producer's rate);
   ceilings    a plain kafka-go group reader over the raw cell topics, and
               clickhouse-client inserting the same rows from TSV, same run;
-  storm       8 blocks of 3 chunks, the load with --malformed-pct malformed
-              messages mixed in and the same clean load alternating (S C C S S
-              C C S, so that the machine's drift weighs on both alike): the
-              storm blocks' rate beside the clean blocks', every malformed
-              message checked in rejected_events with its reason code;
+  storm       --storm-blocks blocks of 3 chunks, the load with --malformed-pct
+              malformed messages mixed in and the same clean load alternating
+              in groups S C C S (so that the machine's drift weighs on both
+              alike): the storm blocks' rate beside the clean blocks', the same
+              ratio per group (the noise), every malformed message checked in
+              rejected_events with its reason code;
   peer        ClickHouse's Kafka table engine reading the same attempts as
               JSONEachRow from the same broker (recorded either way).
 
@@ -92,6 +93,7 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 	f.IntVar(&cfg.LatencySample, "latency-sample", 50, "time one task attempt in this many")
 	f.DurationVar(&cfg.PollEvery, "poll", 50e6, "latency poll period of ClickHouse (the latency figures' resolution)")
 	f.Float64Var(&cfg.MalformedPct, "malformed-pct", 1, "malformed messages in the storm, percent of events (negative: skip the storm)")
+	f.IntVar(&cfg.StormBlocks, "storm-blocks", 16, "blocks of the storm, a multiple of 4 (groups storm, clean, clean, storm); more blocks, a tighter ratio")
 	f.BoolVar(&cfg.SkipPeer, "skip-peer", false, "skip the ClickHouse Kafka engine peer")
 	f.DurationVar(&cfg.PeerTimeout, "peer-timeout", 60e9, "bound of the peer phase")
 	f.Float64Var(&cfg.RSSTolerance, "rss-tolerance", 0.5, "peak RSS at 10x may exceed 1x by this fraction and still count as flat")
@@ -149,6 +151,11 @@ func printE2E(w io.Writer, r *e2e.Result) {
 			blocks = append(blocks, fmt.Sprintf("%s %.0f", b.Name, b.E2EEventsPerS))
 		}
 		row("storm: blocks (events/s)", "%s", strings.Join(blocks, ", "))
+		var groups []string
+		for _, g := range r.Storm.GroupRatios {
+			groups = append(groups, fmt.Sprintf("%.3f", g))
+		}
+		row("storm: ratio per group of 4", "%s", strings.Join(groups, ", "))
 	}
 	for _, g := range r.Goals {
 		met := "NOT MET"

@@ -65,6 +65,9 @@ type Config struct {
 	// MalformedPct is the storm's share of malformed messages, in percent
 	// of the events. Default: 1. Negative: skip the storm.
 	MalformedPct float64
+	// StormBlocks is how many blocks the storm alternates, a multiple of 4
+	// (groups S C C S). Default: 16.
+	StormBlocks int
 	// SkipPeer skips the Kafka table engine peer. Default: false.
 	SkipPeer bool
 	// PeerTimeout bounds the peer phase. Default: 60s.
@@ -113,6 +116,9 @@ func (c *Config) setDefaults() {
 	if c.MalformedPct == 0 {
 		c.MalformedPct = 1
 	}
+	if c.StormBlocks == 0 {
+		c.StormBlocks = 16
+	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = 60 * time.Second
 	}
@@ -153,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MalformedPct > 50 {
 		errs = append(errs, fmt.Errorf("malformed pct %g: at most 50", c.MalformedPct))
+	}
+	if c.StormBlocks < 4 || c.StormBlocks%4 != 0 {
+		errs = append(errs, fmt.Errorf("storm blocks %d: must be a multiple of 4 (groups storm, clean, clean, storm)", c.StormBlocks))
 	}
 	if c.RSSRate < 100 {
 		errs = append(errs, fmt.Errorf("rss rate %d: need at least 100 events/s", c.RSSRate))
@@ -319,8 +328,12 @@ type Storm struct {
 	E2EEventsPerS float64 `json:"e2e_events_per_s"`
 	CleanPerS     float64 `json:"clean_e2e_events_per_s"`
 	// RateRatio is storm / clean (goal: > 0.9, a drop under 10 %).
-	RateRatio float64      `json:"rate_ratio"`
-	Blocks    []StormBlock `json:"blocks"`
+	RateRatio float64 `json:"rate_ratio"`
+	// GroupRatios is the same ratio within each group of four blocks
+	// (S C C S), in order: the spread of the machine's noise around
+	// RateRatio.
+	GroupRatios []float64    `json:"group_ratios"`
+	Blocks      []StormBlock `json:"blocks"`
 }
 
 // StormBlock is one phase of the storm, with or without malformed messages

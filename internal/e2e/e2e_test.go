@@ -30,6 +30,9 @@ func TestRunSmall(t *testing.T) {
 	var progress testenv.SyncBuffer
 	res, err := Run(ctx, Config{Bin: bin, Dir: filepath.Join(dir, "cluster"), Keep: true, Events: 20000,
 		LatencyRate: 1000, LatencyDuration: 3 * time.Second, LatencySample: 10, PeerTimeout: 30 * time.Second,
+		// Two groups of storm blocks; 2 % malformed: 120 a block, so that the
+		// injector hands its writer full batches and a last short one.
+		StormBlocks: 8, MalformedPct: 2,
 		PhaseTimeout: 3 * time.Minute, Progress: &progress})
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
@@ -109,20 +112,30 @@ func TestRunSmall(t *testing.T) {
 	}
 	// Storm: every malformed message dead-lettered with its reason, in
 	// blocks alternating S C C S S C C S, each the clean load's campaign
-	// shape; the rates pool the blocks of each kind.
+	// shape; the rates pool the blocks of each kind, overall and per group.
 	s := res.Storm
 	if s.MalformedSent < 150 || s.DLQRows != s.MalformedSent || !sameCounts(s.DLQByReason, s.SentByReason) ||
 		s.SentByReason["malformed"] == 0 || s.SentByReason["unknown_fingerprint"] == 0 {
 		t.Errorf("storm %+v", s)
 	}
-	if len(s.Blocks) != len(stormOrder) {
-		t.Fatalf("storm blocks %d, want %d", len(s.Blocks), len(stormOrder))
+	order := []bool{true, false, false, true, true, false, false, true}
+	if len(s.Blocks) != len(order) || len(s.GroupRatios) != 2 {
+		t.Fatalf("storm blocks %d, want %d; group ratios %v, want 2", len(s.Blocks), len(order), s.GroupRatios)
 	}
 	var stormEv, cleanEv, dlq int
 	var stormS, cleanS float64
 	for i, blk := range s.Blocks {
 		ph := blk.Phase
-		if blk.Malformed != stormOrder[i] || ph.Got != ph.Expected || ph.Expected.Attempts == 0 || ph.Expected.Samples == 0 {
+		if i%4 == 0 {
+			// A group's ratio pools its own four blocks.
+			g := s.Blocks[i : i+4]
+			want := (float64(g[0].Phase.Events+g[3].Phase.Events) / (g[0].Phase.VisibleS + g[3].Phase.VisibleS)) /
+				(float64(g[1].Phase.Events+g[2].Phase.Events) / (g[1].Phase.VisibleS + g[2].Phase.VisibleS))
+			if r := s.GroupRatios[i/4]; math.Abs(r-want) > 1e-9 {
+				t.Errorf("group %d ratio %.4f, want %.4f from its blocks", i/4+1, r, want)
+			}
+		}
+		if blk.Malformed != order[i] || ph.Got != ph.Expected || ph.Expected.Attempts == 0 || ph.Expected.Samples == 0 {
 			t.Errorf("storm block %d %s: malformed %v, rows %+v, want %+v", i, blk.Name, blk.Malformed, ph.Got, ph.Expected)
 		}
 		if blk.Malformed {

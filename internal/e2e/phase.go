@@ -189,7 +189,7 @@ func (b *bench) phase(ctx context.Context, name string, p plan, chunks int, inj 
 		return nil, fmt.Errorf("flush: %w", err)
 	}
 	if inj != nil {
-		if err := inj.close(); err != nil {
+		if err := inj.close(ctx); err != nil {
 			return nil, err
 		}
 		ph.Expected.DLQ = inj.sent
