@@ -223,8 +223,12 @@ type Phase struct {
 	PollMS     float64 `json:"poll_ms"`
 	Polls      int     `json:"polls"`
 	PollQueryS float64 `json:"poll_query_s"`
-	Expected   Counts  `json:"expected_rows"`
-	Got        Counts  `json:"rows"`
+	// ReachedS is, per table, the time from the first emit to the poll that
+	// saw the table reach its expected rows (tables expected empty left
+	// out): which table was last.
+	ReachedS map[string]float64 `json:"reached_s,omitempty"`
+	Expected Counts             `json:"expected_rows"`
+	Got      Counts             `json:"rows"`
 	// CPU is where the CPU went from the first emit until the rows were
 	// visible (nil when the phase did not complete).
 	CPU *CPU `json:"cpu,omitempty"`

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 
 	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
@@ -15,7 +16,7 @@ import (
 // verifiedLate (unless the table was polled by distinct ids), duplicates standing in for missing rows is short (and the
 // table is polled by distinct ids from then on), more than expected (or any
 // row in a table expected empty) is errTooMany. Rows of other phases do not
-// count.
+// count. The dead letters are counted last.
 func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	ch := testenv.ClickHouse(t)
 	ctx := context.Background()
@@ -165,6 +166,32 @@ func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	poll(pl)
 	if !pl.allReached() {
 		t.Fatalf("one bad message: not reached, dlq %d", pl.counts().DLQ)
+	}
+	verify(pl, verified, false)
+
+	// 4. The dead letters are counted only once every other table has its
+	// rows, and then in the same poll: a bad message already in
+	// rejected_events is not counted while an attempt is missing, and the
+	// poll that sees the attempt arrive reaches both.
+	insert("rejected_events", "event_id, source, source_topic, source_partition, source_offset, payload",
+		[]any{"d8", "processors", "hf.attempts", int32(0), int64(8), "x r8-a-mal-0"})
+	pl = newPoller(ch.Conn, "r8-a-", Counts{Attempts: 1, DLQ: 1})
+	poll(pl)
+	if pl.allReached() || pl.counts().DLQ != 0 {
+		t.Fatalf("attempt missing: reached %v, dlq %d, want the dead letters not counted yet", pl.allReached(), pl.counts().DLQ)
+	}
+	var ph Phase
+	pl.noteReached(&ph, 1)
+	attempts("r8-a-", "a1")
+	poll(pl)
+	if !pl.allReached() || pl.counts().DLQ != 1 {
+		t.Fatalf("attempt in: reached %v, dlq %d, want both reached in this poll", pl.allReached(), pl.counts().DLQ)
+	}
+	// Each table's reach time is the poll's that saw it; tables expected
+	// empty are left out.
+	pl.noteReached(&ph, 2)
+	if want := map[string]float64{"task_attempts": 2, "rejected_events": 2}; !maps.Equal(ph.ReachedS, want) {
+		t.Fatalf("reached %v, want %v", ph.ReachedS, want)
 	}
 	verify(pl, verified, false)
 }
