@@ -181,8 +181,8 @@ func (b *bench) storm(ctx context.Context, p plan) (*Storm, error) {
 	}
 	st.E2EEventsPerS, st.CleanPerS = all.storm(), all.clean()
 	st.RateRatio = all.ratio()
-	b.pr("storm: end to end %.0f events/s vs clean %.0f (ratio %.3f; groups %s); %d malformed sent, %d in rejected_events %v",
-		st.E2EEventsPerS, st.CleanPerS, st.RateRatio, fmtRatios(st.GroupRatios), st.MalformedSent, st.DLQRows, st.DLQByReason)
+	b.pr("storm: end to end %.0f events/s vs clean %.0f (ratio %.3f); %d malformed sent, %d in rejected_events %v",
+		st.E2EEventsPerS, st.CleanPerS, st.RateRatio, st.MalformedSent, st.DLQRows, st.DLQByReason)
 	return st, nil
 }
 
@@ -203,14 +203,6 @@ func (r *rates) add(malformed bool, ph *Phase) {
 func (r rates) storm() float64 { return div(float64(r.stormEv), r.stormS) }
 func (r rates) clean() float64 { return div(float64(r.cleanEv), r.cleanS) }
 func (r rates) ratio() float64 { return div(r.storm(), r.clean()) }
-
-func fmtRatios(v []float64) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf("%.3f", x)
-	}
-	return strings.Join(s, " ")
-}
 
 // checkDLQ looks up every malformed message of storm block name in
 // rejected_events (checked also when the block did not complete), with the
