@@ -448,15 +448,21 @@ func (m *Model) Shape() ModelState {
 	return st
 }
 
-// Tensor downloads tensor which (0: P, 1: M, 2: V) of parameter param into
-// *buf (grown when too small) and returns it.
+// Tensor returns tensor which (0: P, 1: M, 2: V) of parameter param. On a
+// backend with host memory (backend.HostView) it is the tensor's own memory,
+// valid until the next training step (read it, do not keep or change it);
+// otherwise it is downloaded into *buf (grown when too small).
 func (m *Model) Tensor(param, which int, buf *[]float32) []float32 {
 	p := m.params[param]
+	src := [3]backend.Buffer{p.p, p.m, p.v}[which]
+	if hv, ok := m.be.(backend.HostView); ok {
+		return hv.View(src)[:p.n]
+	}
 	if cap(*buf) < p.n {
 		*buf = make([]float32, p.n)
 	}
 	dst := (*buf)[:p.n]
-	m.be.Download(dst, [3]backend.Buffer{p.p, p.m, p.v}[which])
+	m.be.Download(dst, src)
 	return dst
 }
 

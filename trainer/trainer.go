@@ -768,11 +768,14 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	for p, o := range t.offsets {
 		ck.Offsets[p] = o
 	}
-	// The tensors stream from the models into the file, one at a time
-	// through one buffer: a full copy of every tensor (weights and both
-	// AdamW moments) per checkpoint was most of the trainer's peak memory.
-	// Only this goroutine trains, so the models do not change meanwhile;
-	// the lock is for /v1/score's use of the backend.
+	// The tensors stream from the models into the file, one at a time: a
+	// full copy of every tensor (weights and both AdamW moments) per
+	// checkpoint was most of the trainer's peak memory. On the CPU backend
+	// they are read in place (a host buffer the size of the largest tensor,
+	// the embedding table, was still the trainer's peak live heap minus its
+	// resting one); from a device, through one host buffer. Only this
+	// goroutine trains, so the models do not change meanwhile; /v1/score
+	// only reads the weights, and the lock is for its use of the backend.
 	t.mu.Lock()
 	for _, m := range t.models {
 		ck.Models = append(ck.Models, m.Shape())

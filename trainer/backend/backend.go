@@ -19,6 +19,15 @@ type IntBuffer interface {
 	Len() int
 }
 
+// HostView is implemented by backends whose buffers are host memory (the CPU
+// backend). View returns b's elements themselves, not a copy: the slice is
+// valid until b is freed and changes with b; callers only read it. A reader
+// of a whole tensor (a checkpoint) uses it instead of Download, which on such
+// a backend would only add a second copy of the tensor to the heap.
+type HostView interface {
+	View(b Buffer) []float32
+}
+
 // Backend is the set of operations the trainer's model needs.
 type Backend interface {
 	// Name says which backend and device this is, e.g. "cpu" or "cuda:NVIDIA H200".

@@ -54,6 +54,9 @@ func (*CPU) UploadInt(dst IntBuffer, src []int32) { copy(fi(dst), src) }
 // Download copies the first len(dst) elements of src into dst.
 func (*CPU) Download(dst []float32, src Buffer) { copy(dst, f(src)[:len(dst)]) }
 
+// View implements HostView: b's own elements.
+func (*CPU) View(b Buffer) []float32 { return f(b) }
+
 // parallelMin is the element count below which loops stay on one goroutine.
 const parallelMin = 1 << 16
 
