@@ -207,6 +207,16 @@ func (m *Model) newParam(name string, init []float32) *param {
 	return p
 }
 
+// TensorBytes is the memory of the model's parameters: weights, gradients
+// and both AdamW moments, float32 each.
+func (m *Model) TensorBytes() int64 {
+	var n int64
+	for _, p := range m.params {
+		n += int64(p.n) * 4 * 4
+	}
+	return n
+}
+
 // Config returns the model's config with defaults applied.
 func (m *Model) Config() ModelConfig { return m.cfg }
 

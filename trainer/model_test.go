@@ -290,3 +290,30 @@ func TestCheckpointOfCPUModelCopiesNoTensor(t *testing.T) {
 	}
 	t.Logf("writing a checkpoint allocated %d bytes; the embedding table is %d", least, tableBytes)
 }
+
+// TestHostTensorBytes: the trainer reports its models' tensors (4 float32
+// tensors per parameter: weights, gradients, two AdamW moments) as host
+// memory on the CPU backend; the train command sizes its soft memory limit
+// from it.
+func TestHostTensorBytes(t *testing.T) {
+	mc := ModelConfig{Buckets: 64, CatBuckets: 8, Dim: 6, Hidden: 5}
+	tr, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ClickHouse: "127.0.0.1:1", Name: "mem", CheckpointDir: t.TempDir(),
+		Listen: "off", Ensemble: 3, Model: mc}, WithLogger(zerolog.Nop()), WithBackend(backend.NewCPU()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewModel(backend.NewCPU(), mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var floats int64
+	for _, p := range m.State().Params {
+		floats += int64(len(p.P) + len(p.M) + len(p.V) + len(p.P)) // the gradient is P's size
+	}
+	if m.TensorBytes() != 4*floats {
+		t.Fatalf("TensorBytes %d, the state holds %d float32s", m.TensorBytes(), floats)
+	}
+	if got := tr.HostTensorBytes(); got != 3*m.TensorBytes() {
+		t.Fatalf("HostTensorBytes %d, want 3 models x %d", got, m.TensorBytes())
+	}
+}

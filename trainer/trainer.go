@@ -169,6 +169,19 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 	return t, nil
 }
 
+// HostTensorBytes is the memory the models' tensors take in this process: all
+// of it on a backend with host memory (the CPU), 0 on a device.
+func (t *Trainer) HostTensorBytes() int64 {
+	if _, ok := t.be.(backend.HostView); !ok {
+		return 0
+	}
+	var n int64
+	for _, m := range t.models {
+		n += m.TensorBytes()
+	}
+	return n
+}
+
 // Device says which backend the trainer uses and why.
 func (t *Trainer) Device() string { return t.device }
 

@@ -2,6 +2,11 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +24,7 @@ func newTrainCmd() *cobra.Command {
 	var brokers string
 	var lr float64
 	var nice int
+	var memLimit string
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Run the continuous trainer: consume hf.samples, train the reward model, serve /v1/score",
@@ -42,7 +48,15 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 			if err != nil {
 				return withCode(2, err)
 			}
-			log.Info().Str("device", t.Device()).Str("listen", cfg.Listen).Int("nice", nice).Msg("trainer starting")
+			limit, why, err := trainMemoryLimit(memLimit, t.HostTensorBytes(), os.Getenv("GOMEMLIMIT"))
+			if err != nil {
+				return withCode(2, err)
+			}
+			if limit > 0 {
+				debug.SetMemoryLimit(limit)
+			}
+			log.Info().Str("device", t.Device()).Str("listen", cfg.Listen).Int("nice", nice).
+				Int64("memory_limit", limit).Str("memory_limit_from", why).Msg("trainer starting")
 			if err := t.Run(cmd.Context()); err != nil {
 				if errors.Is(err, trainer.ErrConfig) {
 					return withCode(2, err)
@@ -61,6 +75,7 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 	f.StringVar(&cfg.Device, "device", "auto", "compute backend: auto, cpu or cuda")
 	f.StringVar(&cfg.Group, "group", "hf-trainer", "Kafka consumer group")
 	f.IntVar(&cfg.BatchSize, "batch-size", 256, "samples per step")
+	f.StringVar(&memLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (debug.SetMemoryLimit): auto (on the CPU backend the model's tensors + 128MiB, so that the GC's heap target does not double the tensors; none on a device or when GOMEMLIMIT is set), off, or a size such as 1GiB or 512MiB")
 	f.IntVar(&nice, "nice", 10, "CPU scheduling nice value, 0 to 19: the trainer runs behind the processors, the sink and ClickHouse when they share the CPUs (0 keeps the normal priority)")
 	f.DurationVar(&cfg.BatchAge, "batch-age", 2*time.Second, "train a partial batch once its oldest sample waited this long")
 	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 100, "checkpoint every N steps")
@@ -76,4 +91,59 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 	f.IntVar(&cfg.Model.Hidden, "hidden", 64, "hidden layer width")
 	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", 0.1, "share of sample ids held out for evaluation (negative disables)")
 	return cmd
+}
+
+// autoMemoryHeadroom is what auto's limit allows above the model's tensors:
+// about four times the rest of the trainer's live heap (batches, the dedup
+// and held-out windows, fetch buffers: 30 to 35 MiB at the defaults).
+const autoMemoryHeadroom = 128 << 20
+
+// trainMemoryLimit resolves --memory-limit: the soft limit in bytes (0: set
+// none) and where it came from. Auto matters on the CPU backend: the tensors
+// (weights, gradients, AdamW moments) are live on the Go heap, and with the
+// default GOGC the GC lets garbage grow to their size before it collects, so
+// the process held about twice the model.
+func trainMemoryLimit(flag string, tensorBytes int64, gomemlimit string) (int64, string, error) {
+	switch v := strings.TrimSpace(flag); v {
+	case "off":
+		return 0, "off", nil
+	case "auto", "":
+		if gomemlimit != "" {
+			return 0, "GOMEMLIMIT", nil
+		}
+		if tensorBytes == 0 {
+			return 0, "auto: the tensors are on the device", nil
+		}
+		return tensorBytes + autoMemoryHeadroom, "auto: tensors + 128MiB", nil
+	default:
+		n, err := parseBytes(v)
+		if err != nil {
+			return 0, "", fmt.Errorf("--memory-limit %q: %w (want auto, off or a size such as 1GiB)", flag, err)
+		}
+		if n < tensorBytes {
+			return 0, "", fmt.Errorf("--memory-limit %s is below the model's tensors (%d MiB): the GC would run without pause; raise it, or use auto", v, tensorBytes>>20)
+		}
+		return n, "flag", nil
+	}
+}
+
+// parseBytes reads a size: an integer with an optional KiB, MiB, GiB or TiB
+// suffix (or B).
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	for i, suf := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if strings.HasSuffix(s, suf) {
+			s, mult = strings.TrimSuffix(s, suf), int64(1)<<(10*(i+1))
+			break
+		}
+	}
+	s = strings.TrimSuffix(s, "B")
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errors.New("not a positive size")
+	}
+	if n > (1<<62)/mult {
+		return 0, errors.New("size too large")
+	}
+	return n * mult, nil
 }
