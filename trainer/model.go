@@ -460,8 +460,9 @@ func (m *Model) Shape() ModelState {
 
 // Tensor returns tensor which (0: P, 1: M, 2: V) of parameter param. On a
 // backend with host memory (backend.HostView) it is the tensor's own memory,
-// valid until the next training step (read it, do not keep or change it);
-// otherwise it is downloaded into *buf (grown when too small).
+// whose contents change with the next training step (read it before then; do
+// not keep or change it); otherwise it is downloaded into *buf (grown when
+// too small).
 func (m *Model) Tensor(param, which int, buf *[]float32) []float32 {
 	p := m.params[param]
 	src := [3]backend.Buffer{p.p, p.m, p.v}[which]

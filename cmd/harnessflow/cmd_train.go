@@ -55,8 +55,11 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 			if limit > 0 {
 				debug.SetMemoryLimit(limit)
 			}
+			// The limit in force (a negative input only reads it): GOMEMLIMIT's
+			// when it set one, math.MaxInt64 when none is set.
+			inForce := debug.SetMemoryLimit(-1)
 			log.Info().Str("device", t.Device()).Str("listen", cfg.Listen).Int("nice", nice).
-				Int64("memory_limit", limit).Str("memory_limit_from", why).Msg("trainer starting")
+				Int64("memory_limit", inForce).Str("memory_limit_from", why).Msg("trainer starting")
 			if err := t.Run(cmd.Context()); err != nil {
 				if errors.Is(err, trainer.ErrConfig) {
 					return withCode(2, err)
