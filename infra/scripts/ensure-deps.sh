@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Installs what harnessflow's local runs and tests need when it is missing:
 # Debian's clickhouse-server (and client), and with --test also chromium (the
-# HTML report's render test). Used by `make test`, `make demo` and .ci/run.
-# Without root it prints the one command that does the install.
+# HTML report's render test) and chDB, ClickHouse 26.7 as a library that the
+# tests load in-process (internal/chdb; npm's @chdb/lib-linux-x64-gnu into the
+# user's cache, Debian's npm first if there is no npm). Used by `make test`,
+# `make demo` and .ci/run. Without root it prints the commands that do the
+# install.
 set -euo pipefail
+
+# Keep in step with LibraryVersion in internal/chdb (a test checks).
+chdb_version=26.7.3-stable.1
+chdb_dir="${XDG_CACHE_HOME:-$HOME/.cache}/harnessflow/chdb"
+chdb_pkg="$chdb_dir/node_modules/@chdb/lib-linux-x64-gnu"
 
 have_clickhouse() {
   command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1
@@ -12,16 +20,37 @@ have_clickhouse() {
 missing=()
 have_clickhouse || missing+=(clickhouse-server clickhouse-client)
 command -v clickhouse-client >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing+=(clickhouse-client)
+need_chdb=0
 if [ "${1:-}" = "--test" ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+  # HF_CHDB_LIBRARY names a libchdb.so of the user's own; else the pinned
+  # version must be in the cache (an older one there is replaced).
+  if [ -z "${HF_CHDB_LIBRARY:-}" ] &&
+    ! { [ -f "$chdb_pkg/libchdb.so" ] && grep -q "\"version\": *\"$chdb_version\"" "$chdb_pkg/package.json" 2>/dev/null; }; then
+    need_chdb=1
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
+  fi
 fi
-[ ${#missing[@]} -eq 0 ] && exit 0
+
+install_chdb() {
+  echo "installing chDB $chdb_version (libchdb.so, about 540 MB) into $chdb_dir" >&2
+  npm install --prefix "$chdb_dir" --no-audit --no-fund "@chdb/lib-linux-x64-gnu@$chdb_version" >&2
+}
+
+if [ ${#missing[@]} -eq 0 ]; then
+  if [ "$need_chdb" = 1 ]; then install_chdb; fi
+  exit 0
+fi
 
 # de-duplicate
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 if [ "$(id -u)" != 0 ]; then
   echo "harnessflow needs ${missing[*]}; install with:" >&2
   echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  if [ "$need_chdb" = 1 ]; then
+    echo "and then chDB (as yourself, not root):" >&2
+    echo "  npm install --prefix \"$chdb_dir\" --no-audit --no-fund @chdb/lib-linux-x64-gnu@$chdb_version" >&2
+  fi
   exit 1
 fi
 echo "installing ${missing[*]} (Debian packages)" >&2
@@ -31,3 +60,5 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The package starts a system service on some images; harnessflow runs its own
 # server processes, so stop it to free the default ports.
 if command -v service >/dev/null 2>&1; then service clickhouse-server stop >/dev/null 2>&1 || true; fi
+if [ "$need_chdb" = 1 ]; then install_chdb; fi
+exit 0

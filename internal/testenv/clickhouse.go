@@ -115,7 +115,8 @@ func StartClickHouse(t testing.TB, dataDir string) *chserver.Server {
 }
 
 // Main runs the package's tests and then stops the shared clickhouse-server
-// and removes its data dir. Use it from TestMain:
+// and removes its data dir, and closes the shared chDB session
+// (CurrentClickHouse) and removes its. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 //
@@ -131,6 +132,7 @@ func Main(m *testing.M) {
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
 	}
+	closeSharedChdb()
 	os.Exit(code)
 }
 
