@@ -124,7 +124,7 @@ func runBenchSink(ctx context.Context, out io.Writer, o benchSinkOptions) error 
 			return withCode(2, err)
 		}
 	}
-	if err := chddl.Migrate(ctx, conn, o.database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(conn), o.database); err != nil {
 		return withCode(2, err)
 	}
 	for _, q := range []string{
@@ -356,7 +356,7 @@ func benchViews(ctx context.Context, out io.Writer, conn driver.Conn, database s
 	if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
 		return err
 	}
-	if err := chddl.Migrate(ctx, conn, database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(conn), database); err != nil {
 		return err
 	}
 	t0 := time.Now()
@@ -401,7 +401,7 @@ func benchViews(ctx context.Context, out io.Writer, conn driver.Conn, database s
 		cells[i] = fmt.Sprintf("cell-%d", i)
 	}
 	t1 := time.Now()
-	if err := chddl.RecomputeCellScores(ctx, conn, database, cells); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(conn), database, cells); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "cell_scores of all 360 cells recomputed in %.2fs (%.3fs per cell of %d attempts)\n",

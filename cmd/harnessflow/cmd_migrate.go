@@ -15,8 +15,9 @@ import (
 func init() { register(newMigrateCmd) }
 
 func newMigrateCmd() *cobra.Command {
-	var addr, database string
+	var addr, database, serverVersion string
 	var timeout time.Duration
+	var print bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or update harnessflow's ClickHouse database, tables and analyst views",
@@ -25,11 +26,40 @@ binary) to a ClickHouse server and records each in the database's
 schema_migrations ledger. It is idempotent and safe to interrupt: run it again
 and it finishes. The sink runs it at start too.
 
-Exit status: 0 when the schema is up to date, 2 on connection or DDL errors.`,
-		Example: "  harnessflow migrate --clickhouse 127.0.0.1:9000 --database harnessflow",
-		Args:    cobra.NoArgs,
+The DDL takes the form the server's version needs (SELECT version()): from
+ClickHouse 21.8 on, views are replaced atomically with CREATE OR REPLACE VIEW
+(dialect "current"); older servers such as 18.16 get DROP TABLE + CREATE VIEW
+(dialect "legacy"). The log names the dialect applied. When the ledger holds
+migrations newer than this binary's (a newer harnessflow migrated the
+database), migrate logs them and leaves the schema alone.
+
+--print writes the statements, each ending with ';' at the end of a line, to
+standard output without connecting, for review or for other tooling: for
+--server-version (default: the newest version the migrations are tested on).
+Applied in order to a fresh database they leave it as migrate would.
+
+Exit status: 0 when the schema is up to date (or left alone for a newer
+binary) or the statements were printed, 2 on connection or DDL errors or a bad
+--server-version.`,
+		Example: `  harnessflow migrate --clickhouse 127.0.0.1:9000 --database harnessflow
+  harnessflow migrate --print --server-version 26.7 > schema.sql
+  harnessflow migrate --print --server-version 18.16 --database analytics`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logx.New("migrate")
+			if print {
+				d, err := chddl.DialectForVersion(serverVersion)
+				if err != nil {
+					return withCode(2, err)
+				}
+				if err := chddl.Print(cmd.OutOrStdout(), database, d); err != nil {
+					return withCode(2, err)
+				}
+				return nil
+			}
+			if cmd.Flags().Changed("server-version") {
+				return withCode(2, fmt.Errorf("--server-version goes with --print: when connected, migrate asks the server for its version"))
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			conn, err := chx.Open(ctx, addr, "")
@@ -37,22 +67,26 @@ Exit status: 0 when the schema is up to date, 2 on connection or DDL errors.`,
 				return withCode(2, err)
 			}
 			defer conn.Close()
-			if err := chddl.Migrate(ctx, conn, database); err != nil {
+			s := chddl.Native(conn)
+			res, err := chddl.Migrate(ctx, s, database)
+			if err != nil {
 				return withCode(2, err)
 			}
-			recs, err := chddl.Applied(ctx, conn, database)
+			res.Log(log.With().Str("clickhouse", addr).Logger(), database)
+			recs, err := chddl.Applied(ctx, s, database)
 			if err != nil {
 				return withCode(2, err)
 			}
 			for _, r := range recs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%04d %-24s %s %s\n", r.Version, r.Name, r.Checksum[:12], r.AppliedAt.UTC().Format(time.RFC3339))
+				fmt.Fprintf(cmd.OutOrStdout(), "%04d %-24s %s %s\n", r.Version, r.Name, r.Checksum[:min(12, len(r.Checksum))], r.AppliedAt.UTC().Format(time.RFC3339))
 			}
-			log.Info().Str("clickhouse", addr).Str("database", database).Int("migrations", len(recs)).Msg("schema up to date")
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&addr, "clickhouse", "127.0.0.1:9000", "ClickHouse native-protocol host:port")
 	cmd.Flags().StringVar(&database, "database", chddl.DefaultDatabase, "database to create or update")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "bound on connecting and migrating")
+	cmd.Flags().BoolVar(&print, "print", false, "print the statements instead of applying them (no connection)")
+	cmd.Flags().StringVar(&serverVersion, "server-version", chddl.NewestTested, "with --print: the ClickHouse version to write the DDL for (e.g. 18.16)")
 	return cmd
 }

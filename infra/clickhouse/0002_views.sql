@@ -6,26 +6,26 @@
 --     identity, or FROM ... FINAL. A redelivered or replayed event (same
 --     event_id) changes no figure. No materialized views: one over a
 --     ReplacingMergeTree would count duplicates before they merge.
---   * Syntax valid on ClickHouse 18.16 and on current releases: one JOIN per
---     SELECT (nested subqueries instead of multi-way joins), joins USING
---     columns of the same name with every other right-side column named
---     apart, no alias equal to a column it aggregates, no window functions,
---     no WITH, no CREATE OR REPLACE VIEW / DROP VIEW (18.16 has neither: views
---     are dropped with DROP TABLE IF EXISTS and re-created).
+--   * The same rows on ClickHouse 18.16 and on current releases (tested on
+--     both: infra/clickhouse/engines_test.go). One JOIN per SELECT (nested
+--     subqueries instead of multi-way joins); every joined subquery has an
+--     alias (joined_subquery_requires_alias, on since 20.x); only ALL joins,
+--     never ANY (an ANY INNER JOIN keeps one row per key on both sides since
+--     22.x, one on the right only on 18.16); joins USING columns of the same
+--     name with every other right-side column named apart; no alias equal to
+--     a column it aggregates; no window functions, no WITH, no positional
+--     ORDER BY, no reliance on a setting whose default changed. Every choice
+--     among equals is made explicit (argMax over a tuple that ends in a
+--     unique column), so both engines pick the same row.
+--   * Views are written CREATE OR REPLACE VIEW. On servers that lack it
+--     (before 21.8: 18.16) chddl sends DROP TABLE IF EXISTS + CREATE VIEW IF
+--     NOT EXISTS instead (chddl.Legacy); `harnessflow migrate --print` shows
+--     either form.
 --   * Pass rates and gains are in percent and percentage points (pp); rates
 --     (skill_load_rate, hfr, adherence) are in [0, 1].
 --   * Every view carries project (the tenant) beside the contract columns.
 --
--- Dependent views are dropped first, then all are created in dependency order.
-
-DROP TABLE IF EXISTS {db}.v_label_summary;
-DROP TABLE IF EXISTS {db}.v_round_stability;
-DROP TABLE IF EXISTS {db}.v_adherence;
-DROP TABLE IF EXISTS {db}.v_skill_activation;
-DROP TABLE IF EXISTS {db}.v_benefit_gain;
-DROP TABLE IF EXISTS {db}.v_update_gain;
-DROP TABLE IF EXISTS {db}.v_pair_gain;
-DROP TABLE IF EXISTS {db}.v_cell_scores;
+-- Views are created in dependency order.
 
 -- v_cell_scores: one row per cell that has attempts.
 --   n_tasks         distinct task_ids with any attempt in the cell.
@@ -39,7 +39,7 @@ DROP TABLE IF EXISTS {db}.v_cell_scores;
 -- attempt-1 (or final) row counts as a failure of that reading. One outcome
 -- per task: attempts are deduplicated by (cell_id, task_id), keeping the
 -- highest _version of the matching attempt.
-CREATE VIEW IF NOT EXISTS {db}.v_cell_scores AS
+CREATE OR REPLACE VIEW {db}.v_cell_scores AS
 SELECT
     ci_project AS project,
     ci_campaign AS campaign_id,
@@ -76,8 +76,8 @@ FROM
         GROUP BY cell_id, task_id
     )
     GROUP BY cell_id
-)
-ANY INNER JOIN
+) AS l1
+ALL INNER JOIN
 (
     SELECT
         cell_id,
@@ -91,14 +91,14 @@ ANY INNER JOIN
     FROM {db}.cells
     WHERE kind = 'started'
     GROUP BY cell_id
-) USING (cell_id);
+) AS r1 USING (cell_id);
 
 -- v_pair_gain: one row per evolved cell (evolver_model <> '') that has a
 -- baseline cell (evolver_model = '') with the same project, campaign,
 -- benchmark, agent and seed. delta_pp = pass_rate - base_pass_rate (strict
 -- reading); delta_final_pp is the retry reading's. Several baseline cells for
 -- one key are averaged (base_cells says how many).
-CREATE VIEW IF NOT EXISTS {db}.v_pair_gain AS
+CREATE OR REPLACE VIEW {db}.v_pair_gain AS
 SELECT
     project,
     campaign_id,
@@ -120,8 +120,8 @@ FROM
     SELECT project, campaign_id, benchmark, agent_model, seed, evolver_model, cell_id, route, pass_rate, pass_rate_final
     FROM {db}.v_cell_scores
     WHERE evolver_model != ''
-)
-ANY INNER JOIN
+) AS l2
+ALL INNER JOIN
 (
     SELECT
         project,
@@ -135,7 +135,7 @@ ANY INNER JOIN
     FROM {db}.v_cell_scores
     WHERE evolver_model = ''
     GROUP BY project, campaign_id, benchmark, agent_model, seed
-) USING (project, campaign_id, benchmark, agent_model, seed);
+) AS r2 USING (project, campaign_id, benchmark, agent_model, seed);
 
 -- v_update_gain: harness-updating gain of each evolver. Per seed,
 -- Δupdate = mean over the campaign's anchor_agents of Δ(agent, evolver) (an
@@ -144,7 +144,7 @@ ANY INNER JOIN
 -- is the mean of the complete seeds' values and NULL (not 0) while no seed is
 -- complete. seeds = complete seeds used; seeds_seen = seeds with any pair.
 -- Evolvers of campaigns with no anchor agents do not appear.
-CREATE VIEW IF NOT EXISTS {db}.v_update_gain AS
+CREATE OR REPLACE VIEW {db}.v_update_gain AS
 SELECT
     project,
     campaign_id,
@@ -181,13 +181,13 @@ FROM
         (
             SELECT project, campaign_id, benchmark, evolver_model, seed, agent_model, delta_pp
             FROM {db}.v_pair_gain
-        )
-        ANY INNER JOIN
+        ) AS l3
+        ALL INNER JOIN
         (
             SELECT project, campaign_id, argMax(anchor_agents, _version) AS ca_agents
             FROM {db}.campaigns
             GROUP BY project, campaign_id
-        ) USING (project, campaign_id)
+        ) AS r3 USING (project, campaign_id)
         WHERE has(ca_agents, agent_model)
         GROUP BY project, campaign_id, benchmark, evolver_model, seed, agent_model
     )
@@ -198,18 +198,19 @@ GROUP BY project, campaign_id, benchmark, evolver_model;
 -- v_benefit_gain: harness-benefit gain of each agent over the campaign's
 -- anchor_evolvers. Per evolver, Δ(agent, evolver) is the mean over that
 -- pair's evolved cells (seeds). delta_benefit_pp = max over evolvers (the
--- paper's Δbenefit), best_evolver = the evolver reaching it, mean_delta_pp =
+-- paper's Δbenefit), best_evolver = the evolver reaching it (the first by name
+-- when several tie, Δ compared to 9 decimals), mean_delta_pp =
 -- mean over evolvers, cells_below_baseline = evolved cells with Δ < 0 (what the
 -- max hides), seeds = distinct seeds used, evolvers = anchor evolvers with a
 -- pair, n_anchor_evolvers = anchor evolvers declared.
-CREATE VIEW IF NOT EXISTS {db}.v_benefit_gain AS
+CREATE OR REPLACE VIEW {db}.v_benefit_gain AS
 SELECT
     project,
     campaign_id,
     benchmark,
     agent_model,
     max(e_delta) AS delta_benefit_pp,
-    argMax(evolver_model, e_delta) AS best_evolver,
+    argMin(evolver_model, tuple(-round(e_delta, 9), evolver_model)) AS best_evolver,
     avg(e_delta) AS mean_delta_pp,
     sum(e_below) AS cells_below_baseline,
     length(groupUniqArrayArray(e_seeds)) AS seeds,
@@ -231,13 +232,13 @@ FROM
     (
         SELECT project, campaign_id, benchmark, agent_model, evolver_model, seed, delta_pp
         FROM {db}.v_pair_gain
-    )
-    ANY INNER JOIN
+    ) AS l4
+    ALL INNER JOIN
     (
         SELECT project, campaign_id, argMax(anchor_evolvers, _version) AS ca_evolvers
         FROM {db}.campaigns
         GROUP BY project, campaign_id
-    ) USING (project, campaign_id)
+    ) AS r4 USING (project, campaign_id)
     WHERE has(ca_evolvers, evolver_model)
     GROUP BY project, campaign_id, benchmark, agent_model, evolver_model
 )
@@ -257,7 +258,7 @@ GROUP BY project, campaign_id, benchmark, agent_model;
 --                           (cell, task, skill); denominator 0 is skipped.
 --   skill_load_success_rate the tutorial's 技能加载率: load_skill calls with
 --                           status 'loaded' / all load_skill calls.
-CREATE VIEW IF NOT EXISTS {db}.v_skill_activation AS
+CREATE OR REPLACE VIEW {db}.v_skill_activation AS
 SELECT
     ci_project AS project,
     ci_campaign AS campaign_id,
@@ -295,17 +296,17 @@ FROM
                     argMax(success = 1 AND status = 'ok', _version) AS a_pass
                 FROM {db}.task_attempts
                 GROUP BY cell_id, task_id, attempt
-            )
-            ANY LEFT JOIN
+            ) AS l5
+            ALL LEFT JOIN
             (
                 SELECT cell_id, task_id, attempt, toUInt8(1) AS l_loaded
                 FROM {db}.skill_events
                 WHERE tool = 'load_skill' AND status = 'loaded'
                 GROUP BY cell_id, task_id, attempt
-            ) USING (cell_id, task_id, attempt)
+            ) AS r5 USING (cell_id, task_id, attempt)
             GROUP BY cell_id
-        )
-        ANY LEFT JOIN
+        ) AS l6
+        ALL LEFT JOIN
         (
             SELECT cell_id, count() AS k_calls, countIf(k_status = 'loaded') AS k_ok
             FROM
@@ -316,9 +317,9 @@ FROM
                 GROUP BY cell_id, event_id
             )
             GROUP BY cell_id
-        ) USING (cell_id)
-    )
-    ANY LEFT JOIN
+        ) AS r6 USING (cell_id)
+    ) AS l7
+    ALL LEFT JOIN
     (
         SELECT cell_id, sum(j_ratio) AS h_sum, count() AS h_n
         FROM
@@ -335,9 +336,9 @@ FROM
             HAVING j_den > 0
         )
         GROUP BY cell_id
-    ) USING (cell_id)
-)
-ANY INNER JOIN
+    ) AS r7 USING (cell_id)
+) AS l8
+ALL INNER JOIN
 (
     SELECT
         cell_id,
@@ -348,7 +349,7 @@ ANY INNER JOIN
     FROM {db}.cells
     WHERE kind = 'started'
     GROUP BY cell_id
-) USING (cell_id)
+) AS r8 USING (cell_id)
 GROUP BY ci_project, ci_campaign, ci_benchmark, ci_agent;
 
 -- v_adherence: phase adherence per agent: the mean judged score of each phase
@@ -356,7 +357,7 @@ GROUP BY ci_project, ci_campaign, ci_benchmark, ci_agent;
 -- mean). drift = final_validation - harness_loaded (the paper);
 -- decay_rate = (harness_loaded - final_validation) / harness_loaded (the
 -- tutorial's 遵循度衰减率), NULL when harness_loaded is 0 or NULL.
-CREATE VIEW IF NOT EXISTS {db}.v_adherence AS
+CREATE OR REPLACE VIEW {db}.v_adherence AS
 SELECT
     ci_project AS project,
     ci_campaign AS campaign_id,
@@ -380,8 +381,8 @@ FROM
         pre_final AS j_pre,
         final_validation AS j_fv
     FROM {db}.adherence_judgments FINAL
-)
-ANY INNER JOIN
+) AS l9
+ALL INNER JOIN
 (
     SELECT
         cell_id,
@@ -392,7 +393,7 @@ ANY INNER JOIN
     FROM {db}.cells
     WHERE kind = 'started'
     GROUP BY cell_id
-) USING (cell_id)
+) AS r9 USING (cell_id)
 GROUP BY ci_project, ci_campaign, ci_benchmark, ci_agent;
 
 -- v_round_stability: round-to-round stability of the lift over the baseline
@@ -408,7 +409,7 @@ GROUP BY ci_project, ci_campaign, ci_benchmark, ci_agent;
 -- re-evaluations of the same update (labeled_samples by update_id, ordered by
 -- produced_at then _version) whose label changed; 0 when there are none.
 -- Sum over one level only: the two levels count the same rounds.
-CREATE VIEW IF NOT EXISTS {db}.v_round_stability AS
+CREATE OR REPLACE VIEW {db}.v_round_stability AS
 SELECT
     level,
     project,
@@ -454,8 +455,8 @@ FROM
                 argMax(lift_vs_baseline, _version) AS r_lift
             FROM {db}.round_metrics
             GROUP BY cell_id, cycle
-        )
-        ANY LEFT JOIN
+        ) AS l10
+        ALL LEFT JOIN
         (
             SELECT cell_id, sum(u_flips) AS f_flips, sum(u_trans) AS f_trans
             FROM
@@ -470,7 +471,7 @@ FROM
                 GROUP BY cell_id, update_id
             )
             GROUP BY cell_id
-        ) USING (cell_id)
+        ) AS r10 USING (cell_id)
     )
     GROUP BY cell_id, r_project, r_campaign, r_benchmark, r_agent, r_evolver, f_flips, f_trans
 
@@ -513,8 +514,8 @@ FROM
             GROUP BY cell_id, cycle
         )
         GROUP BY r_project, r_campaign, r_benchmark, r_agent, r_evolver
-    )
-    ANY LEFT JOIN
+    ) AS l11
+    ALL LEFT JOIN
     (
         SELECT
             u_project AS project,
@@ -539,16 +540,17 @@ FROM
             GROUP BY cell_id, update_id
         )
         GROUP BY u_project, u_campaign, u_benchmark, u_agent, u_evolver
-    ) USING (project, campaign_id, benchmark, agent_model, evolver_model)
+    ) AS r11 USING (project, campaign_id, benchmark, agent_model, evolver_model)
 );
 
 -- v_label_summary: the tutorial's sample pipeline figures per (agent, evolver,
 -- benchmark). An update counts once, with its latest label (re-evaluations of
--- one update_id: the one with the highest produced_at, then _version).
+-- one update_id: the one with the highest produced_at, then _version, then
+-- event_id).
 -- effective_update_rate (有效更新率) = positive / updates; mean_gain
 -- (平均性能提升) = 100 x mean effect of the positive updates, in pp (NULL
 -- when there is none).
-CREATE VIEW IF NOT EXISTS {db}.v_label_summary AS
+CREATE OR REPLACE VIEW {db}.v_label_summary AS
 SELECT
     u_project AS project,
     u_campaign AS campaign_id,
@@ -569,8 +571,8 @@ FROM
         any(benchmark) AS u_benchmark,
         any(agent_model) AS u_agent,
         any(evolver_model) AS u_evolver,
-        argMax(label, tuple(produced_at_ms, _version)) AS u_label,
-        argMax(effect, tuple(produced_at_ms, _version)) AS u_effect
+        argMax(label, tuple(produced_at_ms, _version, event_id)) AS u_label,
+        argMax(effect, tuple(produced_at_ms, _version, event_id)) AS u_effect
     FROM {db}.labeled_samples FINAL
     GROUP BY cell_id, update_id
 )

@@ -34,12 +34,10 @@ CREATE TABLE IF NOT EXISTS {db}.cell_scores (
     _computed_at DateTime
 ) ENGINE = ReplacingMergeTree(_version) ORDER BY cell_id;
 
-DROP TABLE IF EXISTS {db}.v_cell_scores;
-
 -- v_cell_scores: same columns and semantics as in 0002_views.sql. The per-cell
 -- figures come from cell_scores where a cell has a summary, else from the
 -- live per-task deduplication (the 0002 definition) over that cell only.
-CREATE VIEW IF NOT EXISTS {db}.v_cell_scores AS
+CREATE OR REPLACE VIEW {db}.v_cell_scores AS
 SELECT
     ci_project AS project,
     ci_campaign AS campaign_id,
@@ -94,8 +92,8 @@ FROM
         GROUP BY cell_id, task_id
     )
     GROUP BY cell_id
-)
-ANY INNER JOIN
+) AS l1
+ALL INNER JOIN
 (
     SELECT
         cell_id,
@@ -109,4 +107,4 @@ ANY INNER JOIN
     FROM {db}.cells
     WHERE kind = 'started'
     GROUP BY cell_id
-) USING (cell_id);
+) AS r1 USING (cell_id);

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-
 	"github.com/harnessflow/harnessflow/internal/chx"
 )
 
@@ -50,7 +48,7 @@ GROUP BY cell_id`
 // writes the same figures with a newer _version) and reads only the listed
 // cells' rows (task_attempts is ordered by cell_id). A cell without attempts
 // gets no row. Duplicate and empty ids are ignored.
-func RecomputeCellScores(ctx context.Context, conn driver.Conn, database string, cellIDs []string) error {
+func RecomputeCellScores(ctx context.Context, s Session, database string, cellIDs []string) error {
 	if strings.TrimSpace(database) == "" {
 		return ErrNoDatabase
 	}
@@ -65,7 +63,7 @@ func RecomputeCellScores(ctx context.Context, conn driver.Conn, database string,
 		// The version is taken before the statement reads: a recomputation
 		// that started later (and so saw at least as many rows) wins.
 		stmt := fmt.Sprintf(recomputeSQL, q, time.Now().UnixNano(), strings.Join(lits, ", "))
-		if err := conn.Exec(ctx, stmt); err != nil {
+		if err := s.Exec(ctx, stmt); err != nil {
 			return &RecomputeError{Cells: len(chunk), Err: err}
 		}
 	}

@@ -32,7 +32,7 @@ func TestCellScoresMatchLiveViewsAndStayExactOnRedelivery(t *testing.T) {
 		t.Fatal("cell_scores filled by someone else")
 	}
 
-	if err := chddl.RecomputeCellScores(ctx, c, ch.Database, append(fixtureCells, "base_A1", "", "no-such-cell")); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(c), ch.Database, append(fixtureCells, "base_A1", "", "no-such-cell")); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, c, "SELECT count(), uniqExact(cell_id) FROM cell_scores FINAL", "7", "7")
@@ -57,7 +57,7 @@ func TestCellScoresMatchLiveViewsAndStayExactOnRedelivery(t *testing.T) {
 	waitRows(t, "the fake summary to be deleted", func() bool {
 		return one(t, c, "SELECT count() FROM cell_scores WHERE n_tasks = 99") == "0"
 	})
-	if err := chddl.RecomputeCellScores(ctx, c, ch.Database, []string{"A1_E3"}); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(c), ch.Database, []string{"A1_E3"}); err != nil {
 		t.Fatal(err)
 	}
 	sameSnapshot(t, "after recomputing a cell", live, snapshot(t, c))
@@ -67,7 +67,7 @@ func TestCellScoresMatchLiveViewsAndStayExactOnRedelivery(t *testing.T) {
 	f.insert(t, c, 1000)
 	f.insert(t, c, 5000)
 	for i := 0; i < 2; i++ {
-		if err := chddl.RecomputeCellScores(ctx, c, ch.Database, fixtureCells); err != nil {
+		if err := chddl.RecomputeCellScores(ctx, chddl.Native(c), ch.Database, fixtureCells); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,7 +78,7 @@ func TestCellScoresMatchLiveViewsAndStayExactOnRedelivery(t *testing.T) {
 	newer := fixture{}
 	newer.add("task_attempts", attemptRow("base_A1", "t4", 1, "ok", true, true, 0, 1))
 	newer.insert(t, c, 9000)
-	if err := chddl.RecomputeCellScores(ctx, c, ch.Database, []string{"base_A1"}); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(c), ch.Database, []string{"base_A1"}); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, c, "SELECT n_tasks, pass_rate, pass_rate_final, mean_score FROM v_cell_scores WHERE cell_id = 'base_A1'", "4", "50", "75", "65")
@@ -92,7 +92,7 @@ func TestCellScoresMatchLiveViewsAndStayExactOnRedelivery(t *testing.T) {
 	late.insert(t, c, 1)
 	expect(t, c, "SELECT n_tasks, pass_rate, mean_score FROM v_cell_scores WHERE cell_id = 'A2_E3'", "2", "50", "25")
 	expect(t, c, "SELECT count() FROM v_cell_scores", "8")
-	if err := chddl.RecomputeCellScores(ctx, c, ch.Database, []string{"A2_E3"}); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(c), ch.Database, []string{"A2_E3"}); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, c, "SELECT n_tasks, pass_rate, mean_score FROM v_cell_scores WHERE cell_id = 'A2_E3'", "2", "50", "25")
@@ -107,7 +107,7 @@ func TestRecomputeCellScoresQuotesIDs(t *testing.T) {
 	f.add("cells", cellRow(odd, "A1", "", 1))
 	f.add("task_attempts", attemptRow(odd, "t1", 1, "ok", true, true, 0, 1))
 	f.insert(t, ch.Conn, 1)
-	if err := chddl.RecomputeCellScores(ctx, ch.Conn, ch.Database, []string{odd, "x') OR 1 = 1 --"}); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(ch.Conn), ch.Database, []string{odd, "x') OR 1 = 1 --"}); err != nil {
 		t.Fatal(err)
 	}
 	var n uint64
@@ -118,13 +118,13 @@ func TestRecomputeCellScoresQuotesIDs(t *testing.T) {
 	if n != 1 || id != odd {
 		t.Fatalf("cell_scores: %d rows, id %q", n, id)
 	}
-	if err := chddl.RecomputeCellScores(ctx, ch.Conn, ch.Database, nil); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(ch.Conn), ch.Database, nil); err != nil {
 		t.Fatalf("empty list: %v", err)
 	}
-	if err := chddl.RecomputeCellScores(ctx, ch.Conn, " ", []string{odd}); !errors.Is(err, chddl.ErrNoDatabase) {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(ch.Conn), " ", []string{odd}); !errors.Is(err, chddl.ErrNoDatabase) {
 		t.Fatalf("no database: %v", err)
 	}
-	if err := chddl.RecomputeCellScores(ctx, ch.Conn, ch.Database+"_missing", []string{odd}); err == nil {
+	if err := chddl.RecomputeCellScores(ctx, chddl.Native(ch.Conn), ch.Database+"_missing", []string{odd}); err == nil {
 		t.Fatal("recompute into a missing database succeeded")
 	} else if re := (*chddl.RecomputeError)(nil); !errors.As(err, &re) || re.Cells != 1 {
 		t.Fatalf("err = %v", err)
@@ -145,7 +145,7 @@ func TestMigrateReappliesFilesAfterAChangedOne(t *testing.T) {
 	if err := b.Send(); err != nil {
 		t.Fatal(err)
 	}
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
 	// 0002 and 0003 ran again (0003 after 0002, so v_cell_scores is 0003's),
@@ -154,7 +154,7 @@ func TestMigrateReappliesFilesAfterAChangedOne(t *testing.T) {
 	// (Physical row counts are not asserted: the ledger is a
 	// ReplacingMergeTree, and a background merge may collapse them.)
 	expect(t, ch.Conn, "SELECT max(applied_at) > now() + 1800 FROM schema_migrations WHERE version = 1", "0")
-	ledger, err := chddl.Applied(ctx, ch.Conn, ch.Database)
+	ledger, err := chddl.Applied(ctx, chddl.Native(ch.Conn), ch.Database)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +171,10 @@ func TestMigrateReappliesFilesAfterAChangedOne(t *testing.T) {
 		t.Errorf("re-applied 0002 stamped %v: not after the edited record's time", ledger[1].AppliedAt)
 	}
 	// A second Migrate has nothing to do: the ledger is unchanged.
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
-	again, err := chddl.Applied(ctx, ch.Conn, ch.Database)
+	again, err := chddl.Applied(ctx, chddl.Native(ch.Conn), ch.Database)
 	if err != nil {
 		t.Fatal(err)
 	}

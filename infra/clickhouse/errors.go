@@ -42,3 +42,6 @@ func (e *RecomputeError) Error() string {
 }
 
 func (e *RecomputeError) Unwrap() error { return e.Err }
+
+// ErrBadVersion is returned for a server version that cannot be parsed.
+var ErrBadVersion = errors.New("chddl: not a ClickHouse version")

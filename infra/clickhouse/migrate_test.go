@@ -56,7 +56,7 @@ func TestFilesAreNumberedAndSplit(t *testing.T) {
 		if f.Version != uint32(i+1) || len(f.Checksum) != 64 {
 			t.Fatalf("file %d: %+v", i, f)
 		}
-		stmts := f.Statements("x")
+		stmts := f.Statements("x", chddl.Legacy)
 		if len(stmts) < 3 {
 			t.Fatalf("%s: %d statements", f.Name, len(stmts))
 		}
@@ -79,14 +79,14 @@ func TestMigrateTwiceKeepsOneLedgerRowPerFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	db := ch.Database + "_hf" // Migrate creates the database itself
-	if err := chddl.Migrate(ctx, ch.Conn, db); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), db); err != nil {
 		t.Fatal(err)
 	}
-	if err := chddl.Migrate(ctx, ch.Conn, db); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), db); err != nil {
 		t.Fatalf("second run: %v", err)
 	}
 	defer ch.Conn.Exec(context.Background(), "DROP DATABASE IF EXISTS `"+db+"`")
-	recs, err := chddl.Applied(ctx, ch.Conn, db)
+	recs, err := chddl.Applied(ctx, chddl.Native(ch.Conn), db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +121,8 @@ func TestMigrateRecoversFromInterruption(t *testing.T) {
 	defer cancel()
 	// Interrupted in the middle of 0002: its first half ran, nothing recorded.
 	views := chddl.Files()[1]
-	stmts := views.Statements(ch.Database)
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	stmts := views.Statements(ch.Database, chddl.Legacy)
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range stmts[:len(stmts)/2+1] { // drops every view, creates some
@@ -142,7 +142,7 @@ func TestMigrateRecoversFromInterruption(t *testing.T) {
 	if got := tables(t, ch); len(got) >= len(wantTables)-1 {
 		t.Fatalf("interruption not simulated: %v", got)
 	}
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatalf("re-run after interruption: %v", err)
 	}
 	if got := tables(t, ch); strings.Join(got, ",") != strings.Join(wantTables, ",") {
@@ -161,7 +161,7 @@ func TestMigrateRecoversFromInterruption(t *testing.T) {
 
 func TestMigrateRejectsEmptyDatabase(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	if err := chddl.Migrate(context.Background(), ch.Conn, " "); !errors.Is(err, chddl.ErrNoDatabase) {
+	if _, err := chddl.Migrate(context.Background(), chddl.Native(ch.Conn), " "); !errors.Is(err, chddl.ErrNoDatabase) {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -126,7 +126,7 @@ func roundRow(cell, agent, evolver string, cycle int32, lift *float64) row {
 func sampleRow(cell, agent, evolver, update, label string, effect float64, producedMs int64) row {
 	return row{"event_id": nextID("ls"), "project": "p", "sample_id": nextID("sample"), "update_id": update,
 		"cell_id": cell, "campaign_id": "c1", "benchmark": "swe", "agent_model": agent, "evolver_model": evolver,
-		"label": label, "effect": effect, "produced_at_ms": producedMs}
+		"label": label, "effect": effect, "produced_at_ms": producedMs, "produced_at": time.UnixMilli(producedMs).UTC()}
 }
 
 // viewsFixture is the hand-computed campaign of the view tests (figures in
@@ -260,7 +260,7 @@ func migrated(t *testing.T) *testenv.CH {
 	ch := testenv.ClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
 	return ch

@@ -54,7 +54,7 @@ func (b *bench) ceilings(ctx context.Context, p plan, events int) (*Ceilings, er
 	if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+chx.QuoteIdent(db)); err != nil {
 		return nil, err
 	}
-	if err := chddl.Migrate(ctx, conn, db); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(conn), db); err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", db, err)
 	}
 	dir := filepath.Join(b.cfg.Dir, "ceiling")

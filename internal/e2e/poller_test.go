@@ -20,7 +20,7 @@ import (
 func TestPollerCountsThenVerifiesDistinctRows(t *testing.T) {
 	ch := testenv.ClickHouse(t)
 	ctx := context.Background()
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(table, cols string, rows ...[]any) {

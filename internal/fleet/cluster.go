@@ -88,7 +88,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
-	err = chddl.Migrate(ctx, boot, cfg.Database)
+	_, err = chddl.Migrate(ctx, chddl.Native(boot), cfg.Database)
 	boot.Close()
 	if err != nil {
 		c.Close()

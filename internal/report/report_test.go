@@ -92,7 +92,7 @@ func eq(a *float64, b *float64) bool {
 func fixture(t *testing.T) (driver.Conn, sim.Config, sim.ExpectedFigures) {
 	ch := testenv.ClickHouse(t)
 	ctx := context.Background()
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
 	cfg := sim.Config{Campaign: "rep", Scale: 8, BatchSize: 4, Benchmarks: []string{"swe", "mcp"},
@@ -258,7 +258,7 @@ func TestBuildMatchesGroundTruth(t *testing.T) {
 func TestBuildNoCampaign(t *testing.T) {
 	ch := testenv.ClickHouse(t)
 	ctx := context.Background()
-	if err := chddl.Migrate(ctx, ch.Conn, ch.Database); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Build(ctx, ch.Conn, ""); err == nil || !strings.Contains(err.Error(), ErrNoCampaign.Error()) {

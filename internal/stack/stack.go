@@ -213,9 +213,11 @@ func (s *Stack) Run(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	if err := chddl.Migrate(ctx, conn, cfg.Database); err != nil {
+	res, err := chddl.Migrate(ctx, chddl.Native(conn), cfg.Database)
+	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	res.Log(s.log, cfg.Database)
 	dbConn, err := chx.Open(ctx, chAddr, cfg.Database)
 	if err != nil {
 		return err

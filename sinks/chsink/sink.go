@@ -333,9 +333,11 @@ func (s *Sink) runOnce(ctx context.Context) error {
 		}
 		defer conn.Close()
 		if !s.cfg.SkipMigrate {
-			if err := chddl.Migrate(ctx, conn, s.cfg.Database); err != nil {
+			res, err := chddl.Migrate(ctx, chddl.Native(conn), s.cfg.Database)
+			if err != nil {
 				return fmt.Errorf("migrate %s: %w", s.cfg.Database, err)
 			}
+			res.Log(s.log, s.cfg.Database)
 		}
 		if s.w == nil {
 			s.w, s.ownWriter = NewConnWriter(conn, s.cfg.Database), true

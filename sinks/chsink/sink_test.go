@@ -426,7 +426,7 @@ func TestSinkSurvivesClickHouseOutageWithNothingLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := chddl.Migrate(ctx, conn, db); err != nil {
+	if _, err := chddl.Migrate(ctx, chddl.Native(conn), db); err != nil {
 		t.Fatal(err)
 	}
 	conn.Close()

@@ -104,5 +104,5 @@ func quoteAll(cols []string) string {
 }
 
 func (w *connWriter) RecomputeCellScores(ctx context.Context, cellIDs []string) error {
-	return chddl.RecomputeCellScores(ctx, w.conn, w.database, cellIDs)
+	return chddl.RecomputeCellScores(ctx, chddl.Native(w.conn), w.database, cellIDs)
 }
