@@ -77,7 +77,7 @@ func TestComposeCommands(t *testing.T) {
 			t.Errorf("%s: long-running service without a health check", name)
 		}
 		if s.Build == nil {
-			if !strings.HasPrefix(s.Image, "apache/kafka:3.") && !strings.HasPrefix(s.Image, "clickhouse/clickhouse-server:24.") {
+			if !strings.HasPrefix(s.Image, "apache/kafka:3.") && !strings.HasPrefix(s.Image, "clickhouse/clickhouse-server:26.8") {
 				t.Errorf("%s: unexpected image %q", name, s.Image)
 			}
 			continue
