@@ -70,28 +70,18 @@ func CopyTables(t testing.TB, from *CH, to *CHDB, tables ...string) {
 		if err := os.WriteFile(path, out, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ins := fmt.Sprintf("INSERT INTO %s SELECT * FROM file(%s, 'TSVWithNamesAndTypes') SETTINGS optimize_on_insert = 0", q, sqlString(path))
+		ins, err := chdb.Bind("INSERT INTO "+q+" SELECT * FROM file(?, 'TSVWithNamesAndTypes') SETTINGS optimize_on_insert = 0", path)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := to.Exec(ctx, ins); err != nil {
 			t.Fatalf("testenv: import %s into chDB: %v", tb, err)
 		}
-		count := "SELECT count() FROM " + q
-		_, a, err1 := chdb.ParseTSVWithNames(must(from.HTTPQuery(ctx, count, "TSVWithNames")))
-		_, b, err2 := to.QueryStrings(ctx, count)
-		if err1 != nil || err2 != nil || len(a) != 1 || len(b) != 1 || a[0][0] != b[0][0] {
-			t.Fatalf("testenv: %s: %v rows on 18.16, %v on chDB (%v, %v)", tb, a, b, err1, err2)
+		a, b, err := QueryBoth(from, to, "SELECT count() FROM "+q)
+		if err != nil || Diff(a, b, true) != "" {
+			t.Fatalf("testenv: %s: %v rows on 18.16, %v on chDB (%v)", tb, a.Rows, b.Rows, err)
 		}
 	}
-}
-
-func must(b []byte, err error) []byte {
-	if err != nil {
-		return []byte(err.Error())
-	}
-	return b
-}
-
-func sqlString(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
 // Result is a query's answer as text: column names and rows, NULL as
