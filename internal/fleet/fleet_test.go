@@ -145,10 +145,13 @@ func TestHelperAllocThenFree(t *testing.T) {
 	<-stop // idle until the parent stops or kills it
 }
 
-// waitLog waits until the child log holds n lives' "up" lines.
+// waitLog waits until the child log holds n lives' "up" lines. The
+// deadline is generous: under -race on a loaded two-core CI machine, a test
+// binary touching 256 MiB can take well over five seconds to say "up". It is
+// a deadline for a hung child, not a speed assertion.
 func waitLog(t *testing.T, path string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(path)
 		if strings.Count(string(b), "up\n") >= n {
@@ -156,5 +159,6 @@ func waitLog(t *testing.T, path string, n int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("child log %s never showed %d starts", path, n)
+	b, _ := os.ReadFile(path)
+	t.Fatalf("child log %s never showed %d starts; it holds:\n%s", path, n, b)
 }
