@@ -14,8 +14,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
-	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
-	"github.com/harnessflow/harnessflow/internal/gen"
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -36,7 +36,7 @@ type BenchConfig struct {
 	// Brokers to run against. Required.
 	Brokers []string
 	// Agents, Evolvers, Rounds and Tasks size the generated campaign (see
-	// internal/gen). Defaults: 8, 3, 10, 100.
+	// producers/gen). Defaults: 8, 3, 10, 100.
 	Agents, Evolvers, Rounds, Tasks int
 	// Seed of the generated campaign. Default: 1.
 	Seed int64

@@ -16,7 +16,7 @@
 // # Co-partitioning
 //
 // The raw cell topics are all keyed by cell_id and MUST keep equal partition
-// counts (infra/kafka; Run refuses otherwise with ErrTopicLayout): then a
+// counts (infra/kafkatopics; Run refuses otherwise with ErrTopicLayout): then a
 // cell's events sit on the same partition number p of each topic.
 // CoPartitionBalancer assigns partition numbers, not topic partitions, so one
 // member owns partition p of all five topics and sees every event of its

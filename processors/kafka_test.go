@@ -11,14 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/harnessflow/harnessflow/internal/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -27,7 +29,7 @@ import (
 // partitions move on quickly.
 func startBroker(t *testing.T) string {
 	t.Helper()
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0",
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0",
 		Opts: []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}})
 	if err != nil {
 		t.Fatalf("start broker: %v", err)
@@ -278,9 +280,9 @@ func startProc(t *testing.T, cfg Config, opts ...Option) (stop func() error, err
 
 func testLogger(t *testing.T) zerolog.Logger {
 	if os.Getenv("HF_TEST_LOG") != "" {
-		return logx.New("process-test")
+		return obs.NewLogger("process-test")
 	}
-	return logx.Nop()
+	return zerolog.Nop()
 }
 
 // reference processes the test campaign once, uninterrupted, on a broker of
@@ -471,7 +473,7 @@ func waitMembers(t *testing.T, addr string, n int, groups ...string) {
 // BenchmarkEndToEnd runs Bench (the `harnessflow bench process` measurement)
 // against an embedded broker and reports both rates and their ratio.
 func BenchmarkEndToEnd(b *testing.B) {
-	bk, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0"})
+	bk, err := broker.Start(broker.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/harnessflow/harnessflow/internal/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -224,7 +226,7 @@ func fetchGaveUp(t *testing.T, reg *prometheus.Registry, topic string) float64 {
 func TestBrokerOutageLongerThanTheRetryBudget(t *testing.T) {
 	dir := t.TempDir()
 	opts := []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0", DataDir: dir, Opts: opts})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: dir, Opts: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +256,7 @@ func TestBrokerOutageLongerThanTheRetryBudget(t *testing.T) {
 			t.Fatal("the campaign fetcher never gave up on the stopped broker")
 		}
 	}
-	b, err = kafkax.StartBroker(kafkax.BrokerConfig{Listen: addr, DataDir: dir, Opts: opts})
+	b, err = broker.Start(broker.Config{Listen: addr, DataDir: dir, Opts: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +288,7 @@ func TestBrokerOutageLongerThanTheRetryBudget(t *testing.T) {
 // cell topic's latest offsets answer UNKNOWN_SERVER_ERROR) is retried, as the stages
 // retry, instead of ending the run with the error.
 func TestStopWhenCaughtUpRetriesTheEndOffsets(t *testing.T) {
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0",
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0",
 		Opts: []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +313,7 @@ func TestStopWhenCaughtUpRetriesTheEndOffsets(t *testing.T) {
 			return nil, nil, false
 		}
 		failed.Add(1)
-		return kafkax.ErrorResponse(r, kerr.UnknownServerError.Code), nil, true
+		return broker.ErrorResponse(r, kerr.UnknownServerError.Code), nil, true
 	})
 	cfg := testConfig(addr, "endoffsets")
 	cfg.StopWhenCaughtUp = true

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
 	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -59,7 +58,7 @@ func New(cfg Config, opts ...Option) (*Processor, error) {
 		f(&o)
 	}
 	if !o.logSet {
-		o.log = logx.New("process")
+		o.log = obs.NewLogger("process")
 	}
 	p := &Processor{cfg: cfg, log: o.log, m: newMetrics(), prog: o.progress, camps: newCampaignTable(), cache: newEvCache(), sizes: map[string]partSize{}}
 	r := o.reg

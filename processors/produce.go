@@ -36,7 +36,7 @@ type outWriter struct {
 
 const (
 	// outBatchBytes caps the records of one Produce request (the output
-	// topics' max.message.bytes is 8 MiB, infra/kafka).
+	// topics' max.message.bytes is 8 MiB, infra/kafkatopics).
 	outBatchBytes = 4 << 20
 	// outMetaTTL is how long partition counts are trusted.
 	outMetaTTL = 5 * time.Second

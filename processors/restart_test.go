@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harnessflow/harnessflow/internal/gen"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 

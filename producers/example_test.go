@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -14,7 +16,7 @@ func ExampleProducer() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// An embedded broker; in production, the addresses of your Kafka cluster.
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0"})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
@@ -468,7 +469,7 @@ func TestCloseHonoursItsDeadline(t *testing.T) {
 	c := b.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		return kafkax.ErrorResponse(r, kerr.NotEnoughReplicas.Code), nil, true
+		return broker.ErrorResponse(r, kerr.NotEnoughReplicas.Code), nil, true
 	})
 	var failed atomic.Int64
 	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}, BatchSize: 10, BufferSize: 200,

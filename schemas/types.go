@@ -420,7 +420,7 @@ func New(t Type) Event {
 	return nil
 }
 
-// Topic names (DESIGN.md §1, §3). Settings live in infra/kafka.
+// Topic names (DESIGN.md §1, §3). Settings live in infra/kafkatopics.
 const (
 	TopicCampaigns    = "hf.campaigns"
 	TopicCells        = "hf.cells"

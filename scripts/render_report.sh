@@ -4,12 +4,12 @@
 # Renders a `harnessflow report --html` file in headless Chromium (Debian's
 # `chromium`: apt-get install -y chromium) and fails when the screenshot is
 # blank. Without arguments it runs the Go render test instead
-# (HF_CHROMIUM_TEST=1 go test -run TestHTMLRendersInChromium ./internal/report).
+# (HF_CHROMIUM_TEST=1 go test -run TestHTMLRendersInChromium ./sinks/report).
 set -euo pipefail
 
 if [ $# -eq 0 ]; then
   cd "$(dirname "$0")/.."
-  HF_CHROMIUM_TEST=1 exec go test -count=1 -run TestHTMLRendersInChromium ./internal/report/
+  HF_CHROMIUM_TEST=1 exec go test -count=1 -run TestHTMLRendersInChromium ./sinks/report/
 fi
 
 page=$(realpath "$1")

@@ -47,7 +47,7 @@ func fixedSamples() []*schemas.LabeledSample {
 }
 
 func TestExportGolden(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	samples := fixedSamples()
 	produce(t, addr, samples)
 	produce(t, addr, []*schemas.LabeledSample{samples[0], samples[5]}) // redeliveries

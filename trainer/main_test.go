@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
@@ -49,11 +51,11 @@ func runChild(raw string) int {
 	return 0
 }
 
-// broker starts an embedded broker whose groups accept short session
+// startBroker starts an embedded broker whose groups accept short session
 // timeouts, so a SIGKILLed member is evicted quickly.
-func broker(t *testing.T) string {
+func startBroker(t *testing.T) string {
 	t.Helper()
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0", Opts: []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Opts: []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
 	}

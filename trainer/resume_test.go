@@ -186,7 +186,7 @@ func sortedTrained(t *testing.T, ch *testenv.CH, name string) []string {
 // read partition 1 from its first offset; it used to start at the group's 50
 // and never train them.
 func TestRestoreReadsUnlistedPartitionFromStart(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	cfg := resumeConfig(addr, ch, "fallback", dir)
@@ -249,7 +249,7 @@ func TestRestoreReadsUnlistedPartitionFromStart(t *testing.T) {
 // read a partition it started past from the first offset, even when nothing
 // of that partition was consumed before the checkpoint.
 func TestColdStartResumesAtGroupOffsets(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	cfg := resumeConfig(addr, ch, "cold", dir)
@@ -303,7 +303,7 @@ func (c *stallingCH) PrepareBatch(ctx context.Context, query string, opts ...dri
 // writes the final checkpoint and returns nil. It used to return "write N
 // trainer_steps rows: context canceled" without a checkpoint.
 func TestStopDuringRowFlushIsClean(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	cfg := resumeConfig(addr, ch, "flushstop", dir)
@@ -365,7 +365,7 @@ func counter(t *testing.T, tr *Trainer, name, reason string) float64 {
 // the rest. One of them used to fail its step with ErrDiverged, again after
 // every restart.
 func TestInvalidSampleIsSkipped(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	cfg := resumeConfig(addr, ch, "invalid", dir)

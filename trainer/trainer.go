@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +42,6 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
 	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer/backend"
@@ -64,7 +65,7 @@ const stepsInsert = `INSERT INTO trainer_steps (trainer, model_version, step, sa
 // Option customizes a Trainer (test seams).
 type Option func(*Trainer)
 
-// WithLogger sets the logger. Default: logx.New("trainer").
+// WithLogger sets the logger. Default: obs.NewLogger("trainer").
 func WithLogger(l zerolog.Logger) Option { return func(t *Trainer) { t.log = l } }
 
 // WithHTTPReady receives the HTTP listener's bound address once serving.
@@ -134,7 +135,7 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Trainer{cfg: cfg, log: logx.New("trainer"), offsets: map[int32]int64{}, cells: map[string]int32{}}
+	t := &Trainer{cfg: cfg, log: obs.NewLogger("trainer"), offsets: map[int32]int64{}, cells: map[string]int32{}}
 	for _, o := range opts {
 		o(t)
 	}
@@ -285,7 +286,7 @@ func (t *Trainer) openClickHouse(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = admin.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+chx.QuoteIdent(t.cfg.Database))
+	err = admin.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+chddl.QuoteIdent(t.cfg.Database))
 	admin.Close()
 	if err != nil {
 		return fmt.Errorf("create database %s: %w", t.cfg.Database, err)

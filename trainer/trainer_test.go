@@ -57,7 +57,7 @@ func trainedIDs(t *testing.T, ch *testenv.CH, name string) []string {
 }
 
 func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	cfg := Config{
@@ -239,7 +239,7 @@ func tail(s string, n int) string {
 }
 
 func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	r := rand.New(rand.NewPCG(21, 22))
 	samples := genSamples(r, 0, 3000)
@@ -446,7 +446,7 @@ func TestCheckpointCorruptionFallsBack(t *testing.T) {
 // for ClickHouse (a SIGTERM during a ClickHouse restart) returns nil, so the
 // process exits 0; it used to exit 1 with "ping: context canceled".
 func TestStopDuringStartupIsClean(t *testing.T) {
-	addr := broker(t)
+	addr := startBroker(t)
 	// A "ClickHouse" that accepts and hangs up at once: the trainer's ping
 	// fails and retries until the stop. Its first connection says the
 	// trainer has reached that point of its start-up.

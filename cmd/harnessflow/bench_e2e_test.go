@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/harnessflow/harnessflow/internal/e2e"
+	"github.com/harnessflow/harnessflow/bench/e2e"
 )
 
 // TestWriteE2EKeepsTheLastCompleteRun: an interrupted run leaves the results

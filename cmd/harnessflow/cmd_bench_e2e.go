@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/harnessflow/harnessflow/internal/e2e"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/bench/e2e"
+	"github.com/harnessflow/harnessflow/internal/obs"
 )
 
 func init() { registerBench(newBenchE2ECmd) }
@@ -61,7 +61,7 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 			}
 			cfg.Bin = bin
 			cfg.Progress = cmd.OutOrStdout()
-			cfg.Log = logx.New("bench-e2e")
+			cfg.Log = obs.NewLogger("bench-e2e")
 			cfg.Command = "harnessflow " + strings.Join(os.Args[1:], " ")
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/processors"
 )
 
@@ -35,10 +37,10 @@ messages per relayed record, to see what batching hf.outcomes would buy.`,
 		Example: "  harnessflow bench process --agents 8 --rounds 10 --tasks 100",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bc.Log = logx.New("bench-process")
+			bc.Log = obs.NewLogger("bench-process")
 			bc.Brokers = kafkax.ParseBrokers(brokers)
 			if len(bc.Brokers) == 0 {
-				b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0"})
+				b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0"})
 				if err != nil {
 					return withCode(2, err)
 				}

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 
@@ -43,7 +45,7 @@ Goals: SDK >= 0.8 x raw and >= 100k task_attempt events/s.`,
 			}
 			ctx := cmd.Context()
 			if o.embedded {
-				b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0"})
+				b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0"})
 				if err != nil {
 					return withCode(2, err)
 				}

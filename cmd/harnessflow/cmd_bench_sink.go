@@ -13,16 +13,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 
-	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
+	"github.com/harnessflow/harnessflow/bench/e2e"
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chserver"
 	"github.com/harnessflow/harnessflow/internal/chx"
-	"github.com/harnessflow/harnessflow/internal/e2e"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 )
@@ -82,7 +84,7 @@ clickhouse-server and needs neither address.`,
 }
 
 func runBenchSink(ctx context.Context, out io.Writer, o benchSinkOptions) error {
-	log := logx.New("bench-sink")
+	log := obs.NewLogger("bench-sink")
 	brokers := kafkax.ParseBrokers(o.brokers)
 	addr := o.clickhouse
 	if o.embedded {
@@ -91,7 +93,7 @@ func runBenchSink(ctx context.Context, out io.Writer, o benchSinkOptions) error 
 			return withCode(2, err)
 		}
 		defer os.RemoveAll(dir)
-		b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0"})
+		b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0"})
 		if err != nil {
 			return withCode(2, err)
 		}
@@ -118,13 +120,13 @@ func runBenchSink(ctx context.Context, out io.Writer, o benchSinkOptions) error 
 	}
 	defer conn.Close()
 	ver, _ := chx.ServerVersion(ctx, conn)
-	db := chx.QuoteIdent(o.database)
+	db := chddl.QuoteIdent(o.database)
 	for _, q := range []string{"DROP DATABASE IF EXISTS " + db} {
 		if err := conn.Exec(ctx, q); err != nil {
 			return withCode(2, err)
 		}
 	}
-	if _, err := chddl.Migrate(ctx, chddl.Native(conn), o.database); err != nil {
+	if _, err := chddl.Migrate(ctx, chx.Session(conn), o.database); err != nil {
 		return withCode(2, err)
 	}
 	for _, q := range []string{
@@ -352,11 +354,11 @@ func timeGoInsert(ctx context.Context, conn driver.Conn, database, table string,
 // is set, then, after recomputing every cell's summary as the sink does, best
 // of three, checking that they return the live rows.
 func benchViews(ctx context.Context, out io.Writer, conn driver.Conn, database string, n int, liveViews bool) error {
-	db := chx.QuoteIdent(database)
+	db := chddl.QuoteIdent(database)
 	if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
 		return err
 	}
-	if _, err := chddl.Migrate(ctx, chddl.Native(conn), database); err != nil {
+	if _, err := chddl.Migrate(ctx, chx.Session(conn), database); err != nil {
 		return err
 	}
 	t0 := time.Now()
@@ -401,7 +403,7 @@ func benchViews(ctx context.Context, out io.Writer, conn driver.Conn, database s
 		cells[i] = fmt.Sprintf("cell-%d", i)
 	}
 	t1 := time.Now()
-	if err := chddl.RecomputeCellScores(ctx, chddl.Native(conn), database, cells); err != nil {
+	if err := chddl.RecomputeCellScores(ctx, chx.Session(conn), database, cells); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "cell_scores of all 360 cells recomputed in %.2fs (%.3fs per cell of %d attempts)\n",

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 )
 
 func init() { register(newBrokerCmd) }
@@ -23,8 +25,8 @@ survive a restart. Every harnessflow topic is created at start.`,
 		Example: "  harnessflow broker --listen 127.0.0.1:9092 --data-dir ./.harnessflow/kafka",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := logx.New("broker")
-			b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: listen, DataDir: dataDir, SyncWrites: syncWrites})
+			log := obs.NewLogger("broker")
+			b, err := broker.Start(broker.Config{Listen: listen, DataDir: dataDir, SyncWrites: syncWrites})
 			if err != nil {
 				return withCode(2, err)
 			}

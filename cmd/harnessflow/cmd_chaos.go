@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/harnessflow/harnessflow/internal/chaos"
+	"github.com/harnessflow/harnessflow/bench/chaos"
 )
 
 func init() { register(newChaosCmd) }

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/producers/aevolve"
 )
@@ -45,7 +45,7 @@ goes to stderr.`,
 		Example: "  harnessflow import a-evolve ./runs/paper --brokers 127.0.0.1:9092",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log := logx.New("import")
+			log := obs.NewLogger("import")
 			cfg.Dir = args[0]
 			bl := kafkax.ParseBrokers(brokers)
 			if len(bl) == 0 {

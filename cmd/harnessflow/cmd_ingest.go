@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/producers/ingest"
 )
 
@@ -27,7 +27,7 @@ mismatch; 413 above --max-body. Also serves /healthz and /metrics.`,
 			"  curl -H 'Authorization: Bearer T' --data-binary @events.ndjson http://127.0.0.1:8080/v1/events",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := logx.New("ingest")
+			log := obs.NewLogger("ingest")
 			cfg.Brokers = kafkax.ParseBrokers(brokers)
 			srv, err := ingest.New(cfg, ingest.WithLogger(log))
 			if err != nil {

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 )
 
 func init() { register(newMigrateCmd) }
@@ -21,7 +21,7 @@ func newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or update harnessflow's ClickHouse database, tables and analyst views",
-		Long: `migrate applies the numbered migrations of infra/clickhouse (compiled into the
+		Long: `migrate applies the numbered migrations of infra/chddl (compiled into the
 binary) to a ClickHouse server and records each in the database's
 schema_migrations ledger. It is idempotent and safe to interrupt: run it again
 and it finishes. The sink runs it at start too.
@@ -46,7 +46,7 @@ binary) or the statements were printed, 2 on connection or DDL errors or a bad
   harnessflow migrate --print --server-version 18.16 --database analytics`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := logx.New("migrate")
+			log := obs.NewLogger("migrate")
 			if print {
 				d, err := chddl.DialectForVersion(serverVersion)
 				if err != nil {
@@ -67,7 +67,7 @@ binary) or the statements were printed, 2 on connection or DDL errors or a bad
 				return withCode(2, err)
 			}
 			defer conn.Close()
-			s := chddl.Native(conn)
+			s := chx.Session(conn)
 			res, err := chddl.Migrate(ctx, s, database)
 			if err != nil {
 				return withCode(2, err)

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/processors"
 )
 
@@ -35,7 +35,7 @@ func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) 
 
 func runProcessor(cmd *cobra.Command, cfg processors.Config, brokers string, component string) error {
 	cfg.Brokers = kafkax.ParseBrokers(brokers)
-	log := logx.New(component)
+	log := obs.NewLogger(component)
 	p, err := processors.New(cfg, processors.WithLogger(log))
 	if err != nil {
 		return withCode(2, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -76,7 +76,7 @@ type produceOptions struct {
 
 // runProduce reads JSONL from in and produces every valid line.
 func runProduce(ctx context.Context, stderr io.Writer, in io.Reader, o produceOptions) error {
-	log := logx.New("produce")
+	log := obs.NewLogger("produce")
 	// OnError runs on the producer's goroutines: stderr is shared.
 	stderr = &produceStderr{w: stderr}
 	var undelivered atomic.Int64

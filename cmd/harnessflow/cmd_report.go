@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/chx"
-	"github.com/harnessflow/harnessflow/internal/report"
+	"github.com/harnessflow/harnessflow/sinks/report"
 )
 
 func init() { register(newReportCmd) }

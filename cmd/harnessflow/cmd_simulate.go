@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
-	"github.com/harnessflow/harnessflow/internal/sim"
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/sim"
 )
 
 func init() { register(newSimulateCmd) }
@@ -35,7 +35,7 @@ A progress bar is drawn on stderr.`,
 		Example: "  harnessflow simulate --brokers 127.0.0.1:9092 --campaign demo --scale 20 --seed 1",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := logx.New("simulate")
+			log := obs.NewLogger("simulate")
 			if err := cfg.Validate(); err != nil {
 				return withCode(2, err)
 			}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
 	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 )
@@ -36,7 +35,7 @@ It applies the schema migrations at start, serves /metrics and /healthz on
 		Example: "  harnessflow sink --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := logx.New("sink")
+			log := obs.NewLogger("sink")
 			reg := obs.NewRegistry()
 			s, err := chsink.New(chsink.Config{
 				Brokers: kafkax.ParseBrokers(brokers), ClickHouse: addr, Database: database, Group: group,

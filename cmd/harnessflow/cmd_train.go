@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
-	"github.com/harnessflow/harnessflow/internal/prio"
+	"github.com/harnessflow/harnessflow/internal/obs"
+	"github.com/harnessflow/harnessflow/internal/proc"
 	"github.com/harnessflow/harnessflow/trainer"
 )
 
@@ -40,8 +40,8 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Brokers = kafkax.ParseBrokers(brokers)
 			cfg.Model.LR = float32(lr)
-			log := logx.New("trainer")
-			if err := prio.SetNice(nice); err != nil {
+			log := obs.NewLogger("trainer")
+			if err := proc.SetNice(nice); err != nil {
 				return withCode(2, err)
 			}
 			t, err := trainer.New(cfg, trainer.WithLogger(log))

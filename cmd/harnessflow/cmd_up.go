@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/internal/logx"
-	"github.com/harnessflow/harnessflow/internal/sim"
-	"github.com/harnessflow/harnessflow/internal/stack"
+	"github.com/harnessflow/harnessflow/internal/obs"
+	"github.com/harnessflow/harnessflow/producers/sim"
+	"github.com/harnessflow/harnessflow/stack"
 )
 
 func init() { register(newUpCmd) }
@@ -38,7 +38,7 @@ report once ClickHouse holds every figure.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Brokers = kafkax.ParseBrokers(brokers)
-			log := logx.New("up")
+			log := obs.NewLogger("up")
 			st, err := stack.New(cfg, stack.WithLogger(log))
 			if err != nil {
 				return withCode(2, err)

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/harnessflow/harnessflow/producers/producerstest"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -21,7 +22,7 @@ func TestRoundTripSurvivesBrokerRestart(t *testing.T) {
 	const n = 10000
 	ctx := prodCtx(t, 3*time.Minute)
 	dir := t.TempDir()
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "kafka")})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "kafka")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestRoundTripSurvivesBrokerRestart(t *testing.T) {
 	consumeAll("before restart")
 
 	b.Close()
-	b, err = kafkax.StartBroker(kafkax.BrokerConfig{Listen: addr, DataDir: filepath.Join(dir, "kafka")})
+	b, err = broker.Start(broker.Config{Listen: addr, DataDir: filepath.Join(dir, "kafka")})
 	if err != nil {
 		t.Fatalf("restart the broker on %s: %v", addr, err)
 	}

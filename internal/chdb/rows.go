@@ -14,7 +14,7 @@ import (
 // Query binds args to query's ? placeholders (see Bind), runs it and returns
 // its result as driver.Rows, the interface clickhouse-go's connections
 // return, so code written against a clickhouse-go connection (such as
-// internal/report's Querier) runs on chDB too. The whole result is read
+// sinks/report's Querier) runs on chDB too. The whole result is read
 // before Query returns. See NewRows for what Scan accepts. Safe for
 // concurrent use.
 func (s *Session) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {

@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/harnessflow/harnessflow/infra/chddl"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -129,54 +130,26 @@ func Retryable(err error) bool {
 	return true
 }
 
-// Version is a ClickHouse server version.
-type Version struct {
-	Major, Minor, Patch int
-	// Raw is the server's own string, e.g. "18.16.1" or "24.8.4.13".
-	Raw string
-}
-
-// String returns Raw.
-func (v Version) String() string { return v.Raw }
-
-// AtLeast reports whether v is major.minor or newer.
-func (v Version) AtLeast(major, minor int) bool {
-	return v.Major > major || (v.Major == major && v.Minor >= minor)
-}
-
 // ServerVersion asks the server for its version (`SELECT version()`), for
 // choosing optional features (DESIGN.md §2).
-func ServerVersion(ctx context.Context, conn driver.Conn) (Version, error) {
+func ServerVersion(ctx context.Context, conn driver.Conn) (chddl.Version, error) {
 	var raw string
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&raw); err != nil {
-		return Version{}, fmt.Errorf("server version: %w", err)
+		return chddl.Version{}, fmt.Errorf("server version: %w", err)
 	}
-	return ParseVersion(raw), nil
+	return chddl.ParseVersion(raw), nil
 }
 
-// ParseVersion parses "major.minor.patch[...]"; missing parts are 0.
-func ParseVersion(raw string) Version {
-	v := Version{Raw: raw}
-	parts := strings.SplitN(raw, ".", 4)
-	nums := []*int{&v.Major, &v.Minor, &v.Patch}
-	for i, p := range parts {
-		if i >= len(nums) {
-			break
-		}
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			break
-		}
-		*nums[i] = n
-	}
-	return v
-}
+// Session adapts a clickhouse-go connection to chddl.Session, the two calls
+// migrations need.
+func Session(conn driver.Conn) chddl.Session { return session{conn} }
 
-// QuoteIdent quotes a database or table name for SQL: backquotes, with
-// backquotes and backslashes escaped.
-func QuoteIdent(name string) string {
-	r := strings.NewReplacer("\\", "\\\\", "`", "\\`")
-	return "`" + r.Replace(name) + "`"
+type session struct{ conn driver.Conn }
+
+func (s session) Exec(ctx context.Context, query string) error { return s.conn.Exec(ctx, query) }
+
+func (s session) QueryStrings(ctx context.Context, query string) ([]string, [][]string, error) {
+	return QueryStrings(ctx, s.conn, query)
 }
 
 // writeDeadlineConn bounds every Write by timeout, or by the deadline its

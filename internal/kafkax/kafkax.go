@@ -14,7 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 
-	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 )
 
 // ParseBrokers splits a comma-separated broker list and drops empty entries.
@@ -96,7 +96,7 @@ func EnsureTopics(ctx context.Context, brokers []string, defs []kafkatopics.Topi
 	return nil
 }
 
-// EnsureAllTopics applies every harnessflow topic definition (infra/kafka).
+// EnsureAllTopics applies every harnessflow topic definition (infra/kafkatopics).
 func EnsureAllTopics(ctx context.Context, brokers []string) error {
 	return EnsureTopics(ctx, brokers, kafkatopics.All())
 }

@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 )
@@ -70,7 +72,7 @@ func TestBrokerDataSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0", DataDir: dir})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func TestBrokerDataSurvivesRestart(t *testing.T) {
 	w.Close()
 	b.Close()
 
-	b2, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: addr, DataDir: dir})
+	b2, err := broker.Start(broker.Config{Listen: addr, DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func TestReaderKeepsItsConnectionWhenTheBrokerAnswersLate(t *testing.T) {
 	// not a wait for anything.
 	const brokerLag = 40 * time.Millisecond
 	const polls = 6
-	b, err := kafkax.StartBroker(kafkax.BrokerConfig{Listen: "127.0.0.1:0", Opts: []kfake.Opt{kfake.SeedTopics(1, "idle")}})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Opts: []kfake.Opt{kfake.SeedTopics(1, "idle")}})
 	if err != nil {
 		t.Fatal(err)
 	}

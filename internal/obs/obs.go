@@ -1,5 +1,5 @@
-// Package obs serves the operational endpoints every harnessflow service has:
-// Prometheus /metrics and /healthz.
+// Package obs is what every harnessflow service shows its operators: JSON
+// logs (zerolog, HF_LOG_LEVEL), Prometheus /metrics, /healthz and /readyz.
 package obs
 
 import (

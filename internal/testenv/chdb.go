@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/harnessflow/harnessflow/internal/chdb"
-	"github.com/harnessflow/harnessflow/internal/chx"
 )
 
 // CHDB is a fresh database on the test binary's shared chDB session, a
@@ -103,7 +104,7 @@ func CurrentClickHouse(t testing.TB) *CHDB {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	db := "t_" + randomHex(6)
-	if err := s.Exec(ctx, "CREATE DATABASE "+chx.QuoteIdent(db)); err != nil {
+	if err := s.Exec(ctx, "CREATE DATABASE "+chddl.QuoteIdent(db)); err != nil {
 		t.Fatalf("testenv: chDB: create database %s: %v", db, err)
 	}
 	t.Cleanup(func() {
@@ -115,7 +116,7 @@ func CurrentClickHouse(t testing.TB) *CHDB {
 		defer cancel()
 		sharedCHDB.mu.Lock()
 		defer sharedCHDB.mu.Unlock()
-		if err := s.Exec(ctx, "DROP DATABASE IF EXISTS "+chx.QuoteIdent(db)); err != nil {
+		if err := s.Exec(ctx, "DROP DATABASE IF EXISTS "+chddl.QuoteIdent(db)); err != nil {
 			t.Logf("testenv: chDB: drop database %s: %v", db, err)
 		}
 		// Leave no later statement on Session a dropped default database.
@@ -175,7 +176,7 @@ func (c *CHDB) Query(ctx context.Context, query string, args ...any) (driver.Row
 func (c *CHDB) inDatabase(ctx context.Context, f func() error) error {
 	sharedCHDB.mu.Lock()
 	defer sharedCHDB.mu.Unlock()
-	if err := c.Session.Exec(ctx, "USE "+chx.QuoteIdent(c.Database)); err != nil {
+	if err := c.Session.Exec(ctx, "USE "+chddl.QuoteIdent(c.Database)); err != nil {
 		return err
 	}
 	return f()

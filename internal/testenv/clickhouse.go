@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/harnessflow/harnessflow/internal/chserver"
@@ -72,7 +74,7 @@ func ClickHouse(t testing.TB) *CH {
 	}
 	defer admin.Close()
 	db := "t_" + randomHex(6)
-	if err := admin.Exec(ctx, "CREATE DATABASE "+chx.QuoteIdent(db)); err != nil {
+	if err := admin.Exec(ctx, "CREATE DATABASE "+chddl.QuoteIdent(db)); err != nil {
 		t.Fatalf("testenv: create database %s: %v", db, err)
 	}
 	conn, err := chx.Open(ctx, srv.Addr(), db)
@@ -88,7 +90,7 @@ func ClickHouse(t testing.TB) *CH {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if c, err := chx.Open(ctx, srv.Addr(), ""); err == nil {
-			_ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+chx.QuoteIdent(db))
+			_ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+chddl.QuoteIdent(db))
 			c.Close()
 		}
 	})

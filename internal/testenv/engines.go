@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
+
 	"github.com/harnessflow/harnessflow/internal/chdb"
-	"github.com/harnessflow/harnessflow/internal/chx"
 )
 
 // HTTPQuery runs query on the CH's server over its HTTP interface, with
@@ -61,7 +62,7 @@ func CopyTables(t testing.TB, from *CH, to *CHDB, tables ...string) {
 	defer cancel()
 	dir := t.TempDir()
 	for _, tb := range tables {
-		q := chx.QuoteIdent(tb)
+		q := chddl.QuoteIdent(tb)
 		out, err := from.HTTPQuery(ctx, "SELECT * FROM "+q, "TSVWithNamesAndTypes")
 		if err != nil {
 			t.Fatalf("testenv: export %s: %v", tb, err)

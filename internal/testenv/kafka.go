@@ -8,18 +8,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 )
 
 // Kafka starts an embedded broker on a free loopback port with every harnessflow
 // topic created, and stops it when the test ends. It returns the broker.
-func Kafka(t testing.TB, dataDir ...string) *kafkax.Broker {
+func Kafka(t testing.TB, dataDir ...string) *broker.Broker {
 	t.Helper()
-	cfg := kafkax.BrokerConfig{Listen: "127.0.0.1:0"}
+	cfg := broker.Config{Listen: "127.0.0.1:0"}
 	if len(dataDir) > 0 {
 		cfg.DataDir = dataDir[0]
 	}
-	b, err := kafkax.StartBroker(cfg)
+	b, err := broker.Start(cfg)
 	if err != nil {
 		t.Fatalf("start embedded broker: %v", err)
 	}

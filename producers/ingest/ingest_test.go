@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers/ingest"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
@@ -246,7 +247,7 @@ func TestDeliveryFailureAnswers(t *testing.T) {
 	c := b.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		return kafkax.ErrorResponse(r, kerr.NotEnoughReplicas.Code), nil, true
+		return broker.ErrorResponse(r, kerr.NotEnoughReplicas.Code), nil, true
 	})
 	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: 1 << 20, DeliveryTimeout: 700 * time.Millisecond})
 	url := g.url

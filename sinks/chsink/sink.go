@@ -34,8 +34,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
-	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
-	kafkatopics "github.com/harnessflow/harnessflow/infra/kafka"
+	"github.com/harnessflow/harnessflow/infra/chddl"
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -52,7 +52,7 @@ type Config struct {
 	Database string
 	// Group is the Kafka consumer group. Default: "hf-sink".
 	Group string
-	// Topics to consume. Default: every topic of infra/kafka but hf.outcomes
+	// Topics to consume. Default: every topic of infra/kafkatopics but hf.outcomes
 	// (raw, derived and the DLQ).
 	Topics []string
 	// MaxRows flushes a table's buffer at this many rows. Default: 50000.
@@ -88,7 +88,7 @@ type Config struct {
 	// PayloadCap caps the payload kept in rejected_events for an undecodable
 	// message. Default: 64 KiB.
 	PayloadCap int
-	// SkipMigrate skips applying infra/clickhouse's migrations at start.
+	// SkipMigrate skips applying infra/chddl's migrations at start.
 	// Default: false (migrate).
 	SkipMigrate bool
 }
@@ -333,7 +333,7 @@ func (s *Sink) runOnce(ctx context.Context) error {
 		}
 		defer conn.Close()
 		if !s.cfg.SkipMigrate {
-			res, err := chddl.Migrate(ctx, chddl.Native(conn), s.cfg.Database)
+			res, err := chddl.Migrate(ctx, chx.Session(conn), s.cfg.Database)
 			if err != nil {
 				return fmt.Errorf("migrate %s: %w", s.cfg.Database, err)
 			}

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/segmentio/kafka-go"
 
-	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chserver"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
@@ -426,7 +428,7 @@ func TestSinkSurvivesClickHouseOutageWithNothingLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chddl.Migrate(ctx, chddl.Native(conn), db); err != nil {
+	if _, err := chddl.Migrate(ctx, chx.Session(conn), db); err != nil {
 		t.Fatal(err)
 	}
 	conn.Close()
@@ -502,8 +504,8 @@ func TestConfigValidate(t *testing.T) {
 // and end with every row exactly once.
 func TestSinkSurvivesBrokerRestart(t *testing.T) {
 	dir := t.TempDir()
-	broker := testenv.Kafka(t, dir)
-	addr := broker.Addr()
+	b1 := testenv.Kafka(t, dir)
+	addr := b1.Addr()
 	brokers := []string{addr}
 	ch := testenv.ClickHouse(t)
 	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "restart",
@@ -513,12 +515,12 @@ func TestSinkSurvivesBrokerRestart(t *testing.T) {
 		return s.Stats().Rows >= 2000, fmt.Sprintf("%+v", s.Stats())
 	})
 	produce(t, brokers, attempts(2000, 2000))
-	broker.Close() // while the sink inserts and commits those
+	b1.Close() // while the sink inserts and commits those
 	time.Sleep(1500 * time.Millisecond)
-	var b2 *kafkax.Broker
+	var b2 *broker.Broker
 	var err error
 	for i := 0; i < 50; i++ {
-		if b2, err = kafkax.StartBroker(kafkax.BrokerConfig{Listen: addr, DataDir: dir}); err == nil {
+		if b2, err = broker.Start(broker.Config{Listen: addr, DataDir: dir}); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -126,7 +126,7 @@ func asCellRow(ev schemas.Event) *cellRow {
 }
 
 // Tables by event type. Column lists are named in every INSERT (18.16 needs
-// it) and must match infra/clickhouse/0001_tables.sql.
+// it) and must match infra/chddl/0001_tables.sql.
 var (
 	tCampaigns = newTable("campaigns",
 		mk("campaign_id", func(e *schemas.CampaignDeclared) string { return e.CampaignID }),

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	chddl "github.com/harnessflow/harnessflow/infra/clickhouse"
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 )
 
@@ -53,7 +53,7 @@ func NewConnWriter(conn driver.Conn, database string) BatchWriter {
 const BlockRows = 16384
 
 func (w *connWriter) WriteBatch(ctx context.Context, table string, columns []string, data []any) error {
-	q := "INSERT INTO " + chx.QuoteIdent(w.database) + "." + chx.QuoteIdent(table) + " (" + quoteAll(columns) + ")"
+	q := "INSERT INTO " + chddl.QuoteIdent(w.database) + "." + chddl.QuoteIdent(table) + " (" + quoteAll(columns) + ")"
 	b, err := w.conn.PrepareBatch(ctx, q)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
@@ -98,11 +98,11 @@ func (w *connWriter) WriteBatch(ctx context.Context, table string, columns []str
 func quoteAll(cols []string) string {
 	q := make([]string, len(cols))
 	for i, c := range cols {
-		q[i] = chx.QuoteIdent(c)
+		q[i] = chddl.QuoteIdent(c)
 	}
 	return strings.Join(q, ", ")
 }
 
 func (w *connWriter) RecomputeCellScores(ctx context.Context, cellIDs []string) error {
-	return chddl.RecomputeCellScores(ctx, chddl.Native(w.conn), w.database, cellIDs)
+	return chddl.RecomputeCellScores(ctx, chx.Session(w.conn), w.database, cellIDs)
 }

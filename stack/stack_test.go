@@ -1,0 +1,246 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/producers/sim"
+	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/sinks/report"
+	"github.com/rs/zerolog"
+)
+
+// demoConfig is a small campaign: 2 benchmarks × 4 agents × (baseline + 3
+// anchor evolvers), 3 rounds of 5 tasks.
+func demoConfig() sim.Config {
+	return sim.Config{
+		Campaign: "e2e", Scale: 15, BatchSize: 5, Seed: 7,
+		Benchmarks: []string{"swe", "mcp"},
+		Agents:     []string{"opus46", "sonnet46", "qwen235b", "qwen35_9b"},
+		Evolvers:   []string{"opus46", "sonnet46", "qwen235b"},
+	}
+}
+
+// startStack runs a stack on dataDir with free ports and returns it with a
+// stop function that cancels it and waits for a clean exit.
+func startStack(t *testing.T, dataDir string) (*Stack, func()) {
+	t.Helper()
+	s, err := New(Config{
+		DataDir: dataDir, BrokerListen: "127.0.0.1:0", IngestListen: "127.0.0.1:0",
+		TrainerListen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", Device: "cpu",
+	}, WithLogger(zerolog.Nop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	select {
+	case <-s.Ready():
+	case err := <-errc:
+		cancel()
+		t.Fatalf("stack did not start: %v", err)
+	case <-time.After(2 * time.Minute):
+		cancel()
+		t.Fatal("stack not ready after 2 minutes")
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Errorf("stack exited with %v", err)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Error("stack did not stop within 2 minutes")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return s, stop
+}
+
+func eq(a, b *float64) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return math.Abs(*a-*b) < 1e-6
+}
+
+func generate(t *testing.T, cfg sim.Config) []schemas.Event {
+	var evs []schemas.Event
+	if err := sim.Generate(cfg, func(ev schemas.Event) error { evs = append(evs, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// TestUpDemoMatchesGroundTruth runs the whole pipeline (embedded broker,
+// managed ClickHouse, processors, sink, trainer, ingest) on a simulated
+// campaign and checks that the report's figures equal those computed
+// directly from the generated events (sim.Expected, METRICS.md definitions).
+func TestUpDemoMatchesGroundTruth(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := startStack(t, dir)
+	cfg := demoConfig()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r, err := s.RunDemo(ctx, cfg, io.Discard, 4*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := generate(t, cfg)
+	x := sim.Expected(evs)
+	checkReport(t, r, x, cfg, CountDemo(evs))
+
+	// endpoints.json tells scripts where everything is.
+	b, err := os.ReadFile(filepath.Join(dir, "endpoints.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ep map[string]string
+	if err := json.Unmarshal(b, &ep); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"brokers", "clickhouse", "ingest_url", "ingest_token", "trainer_url", "metrics_url"} {
+		if ep[k] == "" {
+			t.Errorf("endpoints.json lacks %s: %s", k, b)
+		}
+	}
+}
+
+func checkReport(t *testing.T, r *report.Report, x sim.ExpectedFigures, cfg sim.Config, n DemoCounts) {
+	t.Helper()
+	if len(r.Cells) != cfg.Cells() {
+		t.Fatalf("report has %d cells, want %d", len(r.Cells), cfg.Cells())
+	}
+	for _, c := range r.Cells {
+		w := x.Cells[c.CellID]
+		if !eq(&c.PassRate, &w.PassRate) || !eq(&c.PassRateFinal, &w.PassRateFinal) || !eq(&c.MeanScore, &w.MeanScore) {
+			t.Errorf("cell %s: pass %v final %v score %v, want %v %v %v", c.CellID, c.PassRate, c.PassRateFinal, c.MeanScore, w.PassRate, w.PassRateFinal, w.MeanScore)
+		}
+	}
+	if len(r.UpdateGain) != len(cfg.Benchmarks)*len(cfg.Evolvers) {
+		t.Errorf("%d Δupdate rows", len(r.UpdateGain))
+	}
+	for _, u := range r.UpdateGain {
+		if w := x.Update[sim.BenchEvolver{Benchmark: u.Benchmark, Evolver: u.Evolver}]; w == nil || !eq(u.DeltaPP, w) {
+			t.Errorf("Δupdate %s/%s = %v, want %v", u.Benchmark, u.Evolver, u.DeltaPP, w)
+		}
+	}
+	if len(r.BenefitGain) != len(cfg.Benchmarks)*len(cfg.Agents) {
+		t.Errorf("%d Δbenefit rows", len(r.BenefitGain))
+	}
+	for _, b := range r.BenefitGain {
+		w := x.Benefit[sim.BenchAgent{Benchmark: b.Benchmark, Agent: b.Agent}]
+		if !eq(b.DeltaPP, w.MaxPP) || !eq(b.MeanDeltaPP, w.MeanPP) || int(b.CellsBelowBaseline) != w.Below {
+			t.Errorf("Δbenefit %s/%s = %v/%v/%d, want %v/%v/%d", b.Benchmark, b.Agent, b.DeltaPP, b.MeanDeltaPP, b.CellsBelowBaseline, w.MaxPP, w.MeanPP, w.Below)
+		}
+	}
+	for _, a := range r.Activation {
+		w := x.Activation[sim.BenchAgent{Benchmark: a.Benchmark, Agent: a.Agent}]
+		if !eq(a.SLR, w.SLR) || !eq(a.LPR, w.LPR) || !eq(a.HFR, w.HFR) {
+			t.Errorf("activation %s/%s = SLR %v LPR %v HFR %v, want %v %v %v", a.Benchmark, a.Agent, a.SLR, a.LPR, a.HFR, w.SLR, w.LPR, w.HFR)
+		}
+	}
+	if len(r.Adherence) == 0 {
+		t.Error("no adherence rows")
+	}
+	for _, a := range r.Adherence {
+		w := x.Adherence[sim.BenchAgent{Benchmark: a.Benchmark, Agent: a.Agent}]
+		if !eq(a.Drift, w.Drift) || !eq(a.Decay, w.Decay) || !eq(a.Phase[0], w.HarnessLoaded) || !eq(a.Phase[4], w.FinalValidation) {
+			t.Errorf("adherence %s/%s: drift %v decay %v, want %v %v", a.Benchmark, a.Agent, a.Drift, a.Decay, w.Drift, w.Decay)
+		}
+	}
+	// Every update became exactly one labeled sample.
+	if int(r.Updates) != n.Samples || r.Positive+r.Negative+r.Neutral != r.Updates {
+		t.Errorf("labels: %d updates (%d/%d/%d), want %d", r.Updates, r.Positive, r.Negative, r.Neutral, n.Samples)
+	}
+}
+
+// cancelAtHalf cancels when the simulator's progress bar passes half of the
+// cells.
+type cancelAtHalf struct {
+	cancel func()
+	once   sync.Once
+}
+
+var progressRE = regexp.MustCompile(`(\d+)/(\d+) cells`)
+
+func (c *cancelAtHalf) Write(p []byte) (int, error) {
+	if m := progressRE.FindSubmatch(p); m != nil {
+		done, _ := strconv.Atoi(string(m[1]))
+		total, _ := strconv.Atoi(string(m[2]))
+		if done*2 >= total {
+			c.once.Do(c.cancel)
+		}
+	}
+	return len(p), nil
+}
+
+// TestUpRestartDuringDemo stops the stack while the demo is sending its
+// campaign, starts it again on the same data dir and runs the demo to the
+// end: the report equals an uninterrupted run's, figure for figure.
+func TestUpRestartDuringDemo(t *testing.T) {
+	cfg := demoConfig()
+	cfg.Campaign = "restart"
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	// Uninterrupted reference.
+	ref, stopRef := startStack(t, t.TempDir())
+	want, err := ref.RunDemo(ctx, cfg, io.Discard, 4*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopRef()
+
+	dir := t.TempDir()
+	s1, stop1 := startStack(t, dir)
+	dctx, dcancel := context.WithCancel(ctx)
+	_, err = s1.RunDemo(dctx, cfg, &cancelAtHalf{cancel: func() { dcancel(); stop1() }}, 4*time.Minute)
+	if err == nil {
+		t.Fatal("the first demo run finished although the stack was stopped half-way")
+	}
+	dcancel()
+	stop1()
+
+	s2, _ := startStack(t, dir)
+	got, err := s2.RunDemo(ctx, cfg, io.Discard, 4*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(numbers(got), numbers(want)) {
+		t.Fatalf("report after a restart differs from the uninterrupted run's:\n got %s\nwant %s", numbers(got), numbers(want))
+	}
+	checkReport(t, got, sim.Expected(generate(t, cfg)), cfg, CountDemo(generate(t, cfg)))
+}
+
+// numbers renders every figure of a report, for comparison.
+func numbers(r *report.Report) string {
+	b, err := json.Marshal(struct {
+		Cells                      []report.CellScore
+		Update                     []report.UpdateGain
+		Benefit                    []report.BenefitGain
+		Activation                 []report.Activation
+		Adherence                  []report.Adherence
+		Updates, Pos, Neg, Neutral int64
+	}{r.Cells, r.UpdateGain, r.BenefitGain, r.Activation, r.Adherence, r.Updates, r.Positive, r.Negative, r.Neutral})
+	if err != nil {
+		return fmt.Sprint(err)
+	}
+	return string(b)
+}
