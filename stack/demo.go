@@ -9,10 +9,10 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/sinks/report"
-	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/sinks/report"
 )
 
 // DemoCounts are the rows a fully processed simulated campaign leaves in

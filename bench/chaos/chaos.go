@@ -13,10 +13,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/bench/fleet"
-	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/processors"
 	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 )

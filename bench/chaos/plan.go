@@ -12,8 +12,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/processors"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 

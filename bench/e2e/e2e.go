@@ -36,8 +36,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/bench/fleet"
+	"github.com/harnessflow/harnessflow/internal/chx"
 )
 
 // Config sizes a run. Zero fields take the defaults.

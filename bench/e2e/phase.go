@@ -11,12 +11,12 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/chx"
-	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
-	"github.com/harnessflow/harnessflow/stack"
 	"github.com/harnessflow/harnessflow/processors"
 	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/stack"
 )
 
 // plan is the shape of one generated chunk.

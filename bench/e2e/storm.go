@@ -11,8 +11,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 

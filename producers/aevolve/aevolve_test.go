@@ -14,9 +14,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
