@@ -1,6 +1,6 @@
-// Package kafkax is harnessflow's Kafka wiring: topic creation, writer and reader
-// settings with every default made explicit (STYLE.md §4), and the embedded
-// Kafka-protocol broker (kfake with a data dir).
+// Package kafkax is harnessflow's Kafka client wiring: topic creation,
+// writers, readers, clients and consumer groups with every default made
+// explicit (STYLE.md §4), and offset and lag queries.
 package kafkax
 
 import (
@@ -38,7 +38,7 @@ func EnsureTopics(ctx context.Context, brokers []string, defs []kafkatopics.Topi
 	if len(brokers) == 0 {
 		return ErrNoBrokers
 	}
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	client := NewClient(brokers)
 	op := func() error {
 		md, err := client.Metadata(ctx, &kafka.MetadataRequest{})
 		if err != nil {
@@ -238,4 +238,61 @@ func WaitReachable(ctx context.Context, brokers []string, timeout time.Duration)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// ClientTimeout bounds each request of a client from NewClient.
+const ClientTimeout = 10 * time.Second
+
+// NewClient returns a kafka-go client for admin and offset requests to
+// brokers, each bounded by ClientTimeout.
+func NewClient(brokers []string) *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: ClientTimeout}
+}
+
+// GroupConfig is a consumer group's membership. Zero durations take the
+// defaults named on each field.
+type GroupConfig struct {
+	ID      string
+	Brokers []string
+	Topics  []string
+	// SessionTimeout: the broker evicts a member silent this long. Default 10s.
+	SessionTimeout time.Duration
+	// HeartbeatInterval. Default: SessionTimeout/5, at least 100ms.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout: how long a rebalance waits for members to rejoin.
+	// Default: SessionTimeout.
+	RebalanceTimeout time.Duration
+	// JoinGroupBackoff: the wait before a failed join is retried. Default 200ms.
+	JoinGroupBackoff time.Duration
+	// Balancers assign partitions. Default: kafka-go's (range, round robin).
+	Balancers []kafka.GroupBalancer
+}
+
+// NewConsumerGroup joins a consumer group whose generations the caller
+// drives (kafka.ConsumerGroup.Next). A new group starts at the first offset
+// and the broker keeps its committed offsets for 30 days.
+func NewConsumerGroup(cfg GroupConfig) (*kafka.ConsumerGroup, error) {
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = max(cfg.SessionTimeout/5, 100*time.Millisecond)
+	}
+	if cfg.RebalanceTimeout <= 0 {
+		cfg.RebalanceTimeout = cfg.SessionTimeout
+	}
+	if cfg.JoinGroupBackoff <= 0 {
+		cfg.JoinGroupBackoff = 200 * time.Millisecond
+	}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID: cfg.ID, Brokers: cfg.Brokers, Topics: cfg.Topics, GroupBalancers: cfg.Balancers,
+		HeartbeatInterval: cfg.HeartbeatInterval, SessionTimeout: cfg.SessionTimeout,
+		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff,
+		RetentionTime: 30 * 24 * time.Hour, StartOffset: kafka.FirstOffset, Timeout: ClientTimeout,
+		PartitionWatchInterval: 5 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer group %s: %w", cfg.ID, err)
+	}
+	return cg, nil
 }
