@@ -47,7 +47,7 @@ func handReport() *Report {
 // checks the screenshot is not blank. `make test` installs Chromium
 // (infra/scripts/ensure-deps.sh --test); under CI=true or HF_CHROMIUM_TEST=1 a
 // missing Chromium fails the test, elsewhere it is skipped with a message
-// (scripts/render_report.sh does the same check on any report file).
+// (infra/scripts/render_report.sh does the same check on any report file).
 func TestHTMLRendersInChromium(t *testing.T) {
 	bin := chromium()
 	if bin == "" {

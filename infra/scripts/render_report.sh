@@ -8,7 +8,7 @@
 set -euo pipefail
 
 if [ $# -eq 0 ]; then
-  cd "$(dirname "$0")/.."
+  cd "$(dirname "$0")/../.."
   HF_CHROMIUM_TEST=1 exec go test -count=1 -run TestHTMLRendersInChromium ./sinks/report/
 fi
 
