@@ -8,7 +8,7 @@
 -- event tables on purpose: rows are deduplicated only within a partition, and a
 -- re-sent event whose event_time differed would otherwise escape deduplication.
 -- Views never rely on merges having happened: they read through FINAL or
--- argMax(..., _version) GROUP BY (infra/clickhouse/0002_views.sql).
+-- argMax(..., _version) GROUP BY (infra/chddl/0002_views.sql).
 --
 -- Common columns: event_id, event_time (second precision, UTC) and
 -- event_time_ms (unix milliseconds), project, source; _topic, _partition,

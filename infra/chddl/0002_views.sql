@@ -7,7 +7,7 @@
 --     event_id) changes no figure. No materialized views: one over a
 --     ReplacingMergeTree would count duplicates before they merge.
 --   * The same rows on ClickHouse 18.16 and on current releases (tested on
---     both: infra/clickhouse/engines_test.go). One JOIN per SELECT (nested
+--     both: infra/chddl/engines_test.go). One JOIN per SELECT (nested
 --     subqueries instead of multi-way joins); every joined subquery has an
 --     alias (joined_subquery_requires_alias, on since 20.x); only ALL joins,
 --     never ANY (an ANY INNER JOIN keeps one row per key on both sides since
@@ -49,48 +49,18 @@ SELECT
     ci_evolver AS evolver_model,
     ci_seed AS seed,
     ci_route AS route,
-    n_tasks,
-    pass_rate,
-    pass_rate_final,
-    mean_score,
-    mean_score_final
+    r_n_tasks AS n_tasks,
+    r_pass_rate AS pass_rate,
+    r_pass_rate_final AS pass_rate_final,
+    r_mean_score AS mean_score,
+    r_mean_score_final AS mean_score_final
 FROM
 (
-    SELECT
-        cell_id,
-        count() AS n_tasks,
-        100 * avg(t_first) AS pass_rate,
-        100 * avg(t_final) AS pass_rate_final,
-        100 * avg(t_first_score) AS mean_score,
-        100 * avg(t_final_score) AS mean_score_final
-    FROM
-    (
-        SELECT
-            cell_id,
-            task_id,
-            argMaxIf(success = 1 AND status = 'ok', _version, attempt = 1) AS t_first,
-            argMaxIf(if(status = 'ok', score, 0), _version, attempt = 1) AS t_first_score,
-            argMaxIf(success = 1 AND status = 'ok', _version, final = 1) AS t_final,
-            argMaxIf(if(status = 'ok', score, 0), _version, final = 1) AS t_final_score
-        FROM {db}.task_attempts
-        GROUP BY cell_id, task_id
-    )
-    GROUP BY cell_id
+{cell_rates}
 ) AS l1
 ALL INNER JOIN
 (
-    SELECT
-        cell_id,
-        argMax(project, _version) AS ci_project,
-        argMax(campaign_id, _version) AS ci_campaign,
-        argMax(benchmark, _version) AS ci_benchmark,
-        argMax(agent_model, _version) AS ci_agent,
-        argMax(evolver_model, _version) AS ci_evolver,
-        argMax(seed, _version) AS ci_seed,
-        argMax(route, _version) AS ci_route
-    FROM {db}.cells
-    WHERE kind = 'started'
-    GROUP BY cell_id
+{cell_info}
 ) AS r1 USING (cell_id);
 
 -- v_pair_gain: one row per evolved cell (evolver_model <> '') that has a
@@ -340,15 +310,7 @@ FROM
 ) AS l8
 ALL INNER JOIN
 (
-    SELECT
-        cell_id,
-        argMax(project, _version) AS ci_project,
-        argMax(campaign_id, _version) AS ci_campaign,
-        argMax(benchmark, _version) AS ci_benchmark,
-        argMax(agent_model, _version) AS ci_agent
-    FROM {db}.cells
-    WHERE kind = 'started'
-    GROUP BY cell_id
+{cell_info}
 ) AS r8 USING (cell_id)
 GROUP BY ci_project, ci_campaign, ci_benchmark, ci_agent;
 
@@ -384,15 +346,7 @@ FROM
 ) AS l9
 ALL INNER JOIN
 (
-    SELECT
-        cell_id,
-        argMax(project, _version) AS ci_project,
-        argMax(campaign_id, _version) AS ci_campaign,
-        argMax(benchmark, _version) AS ci_benchmark,
-        argMax(agent_model, _version) AS ci_agent
-    FROM {db}.cells
-    WHERE kind = 'started'
-    GROUP BY cell_id
+{cell_info}
 ) AS r9 USING (cell_id)
 GROUP BY ci_project, ci_campaign, ci_benchmark, ci_agent;
 

@@ -47,64 +47,33 @@ SELECT
     ci_evolver AS evolver_model,
     ci_seed AS seed,
     ci_route AS route,
-    s_n_tasks AS n_tasks,
-    s_pass_rate AS pass_rate,
-    s_pass_rate_final AS pass_rate_final,
-    s_mean_score AS mean_score,
-    s_mean_score_final AS mean_score_final
+    r_n_tasks AS n_tasks,
+    r_pass_rate AS pass_rate,
+    r_pass_rate_final AS pass_rate_final,
+    r_mean_score AS mean_score,
+    r_mean_score_final AS mean_score_final
 FROM
 (
     SELECT
         cell_id,
-        argMax(n_tasks, _version) AS s_n_tasks,
-        argMax(pass_rate, _version) AS s_pass_rate,
-        argMax(pass_rate_final, _version) AS s_pass_rate_final,
-        argMax(mean_score, _version) AS s_mean_score,
-        argMax(mean_score_final, _version) AS s_mean_score_final
+        argMax(n_tasks, _version) AS r_n_tasks,
+        argMax(pass_rate, _version) AS r_pass_rate,
+        argMax(pass_rate_final, _version) AS r_pass_rate_final,
+        argMax(mean_score, _version) AS r_mean_score,
+        argMax(mean_score_final, _version) AS r_mean_score_final
     FROM {db}.cell_scores
     GROUP BY cell_id
 
     UNION ALL
 
-    SELECT
-        cell_id,
-        count() AS s_n_tasks,
-        100 * avg(t_first) AS s_pass_rate,
-        100 * avg(t_final) AS s_pass_rate_final,
-        100 * avg(t_first_score) AS s_mean_score,
-        100 * avg(t_final_score) AS s_mean_score_final
-    FROM
-    (
-        SELECT
-            cell_id,
-            task_id,
-            argMaxIf(success = 1 AND status = 'ok', _version, attempt = 1) AS t_first,
-            argMaxIf(if(status = 'ok', score, 0), _version, attempt = 1) AS t_first_score,
-            argMaxIf(success = 1 AND status = 'ok', _version, final = 1) AS t_final,
-            argMaxIf(if(status = 'ok', score, 0), _version, final = 1) AS t_final_score
-        FROM {db}.task_attempts
-        WHERE cell_id IN
+{cell_rates WHERE cell_id IN
         (
             SELECT cell_id
             FROM {db}.cells
             WHERE kind = 'started' AND cell_id NOT IN (SELECT cell_id FROM {db}.cell_scores)
-        )
-        GROUP BY cell_id, task_id
-    )
-    GROUP BY cell_id
+        )}
 ) AS l1
 ALL INNER JOIN
 (
-    SELECT
-        cell_id,
-        argMax(project, _version) AS ci_project,
-        argMax(campaign_id, _version) AS ci_campaign,
-        argMax(benchmark, _version) AS ci_benchmark,
-        argMax(agent_model, _version) AS ci_agent,
-        argMax(evolver_model, _version) AS ci_evolver,
-        argMax(seed, _version) AS ci_seed,
-        argMax(route, _version) AS ci_route
-    FROM {db}.cells
-    WHERE kind = 'started'
-    GROUP BY cell_id
+{cell_info}
 ) AS r1 USING (cell_id);

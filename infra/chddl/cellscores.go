@@ -2,8 +2,8 @@ package chddl
 
 import (
 	"context"
-	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -11,33 +11,29 @@ import (
 // RecomputeChunk is how many cells one RecomputeCellScores statement covers.
 const RecomputeChunk = 500
 
-// recomputeSQL writes the cell_scores rows of the listed cells from their
-// deduplicated attempts: the per-task step and the per-cell step of
-// v_cell_scores' live definition (0002_views.sql), word for word.
-const recomputeSQL = `INSERT INTO %[1]s.cell_scores (cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version, _computed_at)
+// recomputeSQL writes the cell_scores rows of the listed cells ({cells})
+// from their deduplicated attempts: the cell_rates fragment, the same
+// definition v_cell_scores computes live, restricted to those cells.
+var recomputeSQL = func() string {
+	rates, err := fragmentWhere("cell_rates", "cell_id IN ({cells})")
+	if err != nil {
+		panic(err) // embedded; TestRecompute* cover it
+	}
+	return `INSERT INTO {db}.cell_scores (cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version, _computed_at)
 SELECT
     cell_id,
-    count() AS c_n_tasks,
-    100 * avg(t_first) AS c_pass_rate,
-    100 * avg(t_final) AS c_pass_rate_final,
-    100 * avg(t_first_score) AS c_mean_score,
-    100 * avg(t_final_score) AS c_mean_score_final,
-    toUInt64(%[2]d) AS c_version,
+    r_n_tasks,
+    r_pass_rate,
+    r_pass_rate_final,
+    r_mean_score,
+    r_mean_score_final,
+    toUInt64({version}) AS c_version,
     now() AS c_computed_at
 FROM
 (
-    SELECT
-        cell_id,
-        task_id,
-        argMaxIf(success = 1 AND status = 'ok', _version, attempt = 1) AS t_first,
-        argMaxIf(if(status = 'ok', score, 0), _version, attempt = 1) AS t_first_score,
-        argMaxIf(success = 1 AND status = 'ok', _version, final = 1) AS t_final,
-        argMaxIf(if(status = 'ok', score, 0), _version, final = 1) AS t_final_score
-    FROM %[1]s.task_attempts
-    WHERE cell_id IN (%[3]s)
-    GROUP BY cell_id, task_id
-)
-GROUP BY cell_id`
+` + rates + `
+)`
+}()
 
 // RecomputeCellScores recomputes the cell_scores summaries (0003_cell_scores.sql)
 // of cellIDs in database from their attempts in task_attempts. Call it after
@@ -60,7 +56,9 @@ func RecomputeCellScores(ctx context.Context, s Session, database string, cellID
 		}
 		// The version is taken before the statement reads: a recomputation
 		// that started later (and so saw at least as many rows) wins.
-		stmt := fmt.Sprintf(recomputeSQL, q, time.Now().UnixNano(), strings.Join(lits, ", "))
+		// One pass over the template: a cell id holding "{db}" stays as it is.
+		stmt := strings.NewReplacer(DBPlaceholder, q, "{version}", strconv.FormatInt(time.Now().UnixNano(), 10),
+			"{cells}", strings.Join(lits, ", ")).Replace(recomputeSQL)
 		if err := s.Exec(ctx, stmt); err != nil {
 			return &RecomputeError{Cells: len(chunk), Err: err}
 		}

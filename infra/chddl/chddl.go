@@ -8,9 +8,9 @@
 // there is no "dirty" state. A file is recorded in the ledger, with its
 // checksum, only after all its statements succeeded; a file whose checksum
 // differs from the ledger's is applied again, and so is every file after it.
-// A released file is never edited (a test holds their checksums): a change
-// to the schema is a new file, so that a binary older than the ledger (a
-// rolling upgrade) recognises it and leaves the schema alone.
+// A released file is never edited: a change to the schema is a new file, so
+// that a binary older than the ledger (a rolling upgrade) recognises it and
+// leaves the schema alone.
 package chddl
 
 import (
@@ -46,9 +46,11 @@ type File struct {
 	Version uint32
 	// Name is the file name.
 	Name string
-	// SQL is the file's text, with DBPlaceholder unsubstituted.
+	// SQL is the file's text with its fragments expanded (see Fragments)
+	// and DBPlaceholder unsubstituted.
 	SQL string
-	// Checksum is the hex SHA-256 of SQL.
+	// Checksum is the hex SHA-256 of SQL: a change to a fragment changes
+	// the checksum of every file that uses it.
 	Checksum string
 }
 
@@ -69,8 +71,12 @@ func Files() []File {
 		if !ok || err != nil {
 			panic(fmt.Sprintf("chddl: migration %q is not named NNNN_name.sql", name))
 		}
-		sum := sha256.Sum256(b)
-		out = append(out, File{Version: uint32(v), Name: name, SQL: string(b), Checksum: hex.EncodeToString(sum[:])})
+		text, err := expandFragments(string(b))
+		if err != nil {
+			panic(fmt.Sprintf("chddl: migration %s: %v", name, err)) // embedded; TestFilesExpand covers it
+		}
+		sum := sha256.Sum256([]byte(text))
+		out = append(out, File{Version: uint32(v), Name: name, SQL: text, Checksum: hex.EncodeToString(sum[:])})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out
