@@ -1,0 +1,153 @@
+package chsink
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/harnessflow/harnessflow/infra/chddl"
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Config configures a Sink. Zero fields take the defaults on each field.
+type Config struct {
+	// Brokers are the Kafka bootstrap brokers. Required.
+	Brokers []string
+	// ClickHouse is the server's native-protocol host:port. Required unless a
+	// writer is given with WithWriter (and SkipMigrate is set).
+	ClickHouse string
+	// Database receives the rows. Default: "harnessflow".
+	Database string
+	// Group is the Kafka consumer group. Default: "hf-sink".
+	Group string
+	// Topics to consume. Default: every topic of infra/kafkatopics but hf.outcomes
+	// (raw, derived and the DLQ).
+	Topics []string
+	// MaxRows flushes a table's buffer at this many rows. Default: 50000.
+	MaxRows int
+	// MaxBytes flushes a table's buffer at this many message bytes.
+	// Default: 16 MiB.
+	MaxBytes int
+	// MaxAge flushes a table's buffer when its oldest row is this old.
+	// Default: 1s.
+	MaxAge time.Duration
+	// MaxBufferedRows bounds the rows buffered over all tables; past it the
+	// largest buffer is flushed before more is read. Batches handed to the
+	// inserters (at most Inserters in flight and one queued) are not counted.
+	// Default: 4 × MaxRows.
+	MaxBufferedRows int
+	// Inserters is how many batches may be inserted at once (each on its own
+	// connection). Rows deduplicate on event id with versions from their Kafka
+	// coordinates, so the order in which concurrent batches land does not
+	// matter; offsets are still committed only below every batch not done.
+	// Default: 2.
+	Inserters int
+	// InsertTimeout bounds one insert attempt. Default: 60s.
+	InsertTimeout time.Duration
+	// RetryMaxElapsed bounds the retries of one failing insert (ClickHouse
+	// down); past it Run returns the error, with the batch's offsets
+	// uncommitted. Default: 15m.
+	RetryMaxElapsed time.Duration
+	// RetryMaxInterval caps the wait between retries. Default: 5s.
+	RetryMaxInterval time.Duration
+	// DrainTimeout bounds the final flush and commit after ctx ends.
+	// Default: 30s.
+	DrainTimeout time.Duration
+	// PayloadCap caps the payload kept in rejected_events for an undecodable
+	// message. Default: 64 KiB.
+	PayloadCap int
+	// SkipMigrate skips applying infra/chddl's migrations at start.
+	// Default: false (migrate).
+	SkipMigrate bool
+}
+
+func (c *Config) setDefaults() {
+	if c.Database == "" {
+		c.Database = chddl.DefaultDatabase
+	}
+	if c.Group == "" {
+		c.Group = "hf-sink"
+	}
+	if len(c.Topics) == 0 {
+		c.Topics = DefaultTopics()
+	}
+	if c.MaxRows == 0 {
+		c.MaxRows = 50000
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 16 << 20
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = time.Second
+	}
+	if c.MaxBufferedRows == 0 {
+		c.MaxBufferedRows = 4 * c.MaxRows
+	}
+	if c.Inserters == 0 {
+		c.Inserters = 2
+	}
+	if c.InsertTimeout == 0 {
+		c.InsertTimeout = 60 * time.Second
+	}
+	if c.RetryMaxElapsed == 0 {
+		c.RetryMaxElapsed = 15 * time.Minute
+	}
+	if c.RetryMaxInterval == 0 {
+		c.RetryMaxInterval = 5 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	if c.PayloadCap == 0 {
+		c.PayloadCap = 64 << 10
+	}
+}
+
+// Validate reports every problem of the config (after defaults).
+func (c *Config) Validate(haveWriter bool) error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, ErrNoBrokers)
+	}
+	if strings.TrimSpace(c.ClickHouse) == "" && !haveWriter {
+		errs = append(errs, ErrNoClickHouse)
+	}
+	if c.MaxRows < 0 || c.MaxBytes < 0 || c.MaxAge < 0 || c.MaxBufferedRows < 0 || c.Inserters < 0 {
+		errs = append(errs, ErrBadLimits)
+	}
+	for _, t := range c.Topics {
+		if _, ok := kafkatopics.Lookup(t); !ok {
+			errs = append(errs, fmt.Errorf("chsink: unknown topic %q", t))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultTopics returns every topic but the internal hf.outcomes.
+func DefaultTopics() []string {
+	var out []string
+	for _, t := range kafkatopics.Names() {
+		if t != schemas.TopicOutcomes {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Option is a test seam.
+type Option func(*Sink)
+
+// WithLogger sets the logger. Default: no logging.
+func WithLogger(l zerolog.Logger) Option { return func(s *Sink) { s.log = l } }
+
+// WithRegisterer registers the sink's metrics with r. Default: none.
+func WithRegisterer(r prometheus.Registerer) Option { return func(s *Sink) { s.reg = r } }
+
+// WithWriter replaces the ClickHouse writer (a real server is still the
+// default and what the tests use).
+func WithWriter(w BatchWriter) Option { return func(s *Sink) { s.w = w } }

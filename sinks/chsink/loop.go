@@ -1,0 +1,181 @@
+package chsink
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// startFetcher starts the fetcher, which owns the reader's FetchMessage and
+// hands each message to the loop on msgs. msgs is unbuffered beyond the
+// reader's own queue, so a loop blocked in a retrying insert stops fetching.
+// The fetcher stops when ctx ends or a fetch fails; then it queues the error
+// on fetchErr (not when ctx ended) and closes msgs.
+func (s *Sink) startFetcher(ctx context.Context, r *kafka.Reader) (msgs <-chan kafka.Message, fetchErr <-chan error) {
+	out := make(chan kafka.Message, 256)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(out)
+		for {
+			m, err := r.FetchMessage(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					errc <- &kafkaError{fmt.Errorf("fetch: %w", err)}
+				}
+				return
+			}
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, errc
+}
+
+// startWorkers starts the workers: the inserters take full buffers
+// (Inserters in flight, one queued: decoding overlaps the inserts, and
+// blocked inserts stop the loop, hence fetching), the recomputer the
+// inserted attempts' cells. They outlive the run's context (the drain waits
+// for them) and stop when the returned function is called, as the run ends.
+func (s *Sink) startWorkers() (stop func()) {
+	s.ins = make(chan *job, 1)
+	s.recs = make(chan *job, 8)
+	s.doneNote = make(chan struct{}, 1)
+	s.workErr = make(chan error, 1)
+	wctx, stopWork := context.WithCancel(context.Background())
+	var insWG, recWG sync.WaitGroup
+	cs, _ := s.w.(CellScorer)
+	for i := 0; i < max(1, s.cfg.Inserters); i++ {
+		insWG.Add(1)
+		go func() { defer insWG.Done(); s.inserter(wctx, cs != nil) }()
+	}
+	if cs != nil {
+		recWG.Add(1)
+		go func() { defer recWG.Done(); s.recomputer(wctx, cs) }()
+	}
+	return func() {
+		close(s.ins)
+		stopWork()
+		insWG.Wait()
+		close(s.recs)
+		recWG.Wait()
+	}
+}
+
+// consume is the sink's loop: it buffers the fetched messages, flushes the
+// buffers that are due (after each burst of messages and on each tick) and
+// commits what the workers finished. It returns nil when ctx ends, and the
+// error of the fetcher, a worker, a flush or a commit otherwise.
+func (s *Sink) consume(ctx context.Context, r *kafka.Reader, msgs <-chan kafka.Message, fetchErr <-chan error) error {
+	tick := time.NewTicker(tickEvery(s.cfg.MaxAge))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-fetchErr:
+			return err
+		case err := <-s.workErr:
+			return err
+		case <-s.doneNote:
+			if err := s.commit(ctx, r); err != nil {
+				return err
+			}
+		case m, ok := <-msgs:
+			if !ok {
+				return fetcherEnded(fetchErr)
+			}
+			closed := s.addBurst(m, msgs)
+			if err := s.flushDue(ctx, r, false); err != nil {
+				return err
+			}
+			if closed {
+				return fetcherEnded(fetchErr)
+			}
+		case <-tick.C:
+			if err := s.flushDue(ctx, r, false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// maxBurst bounds the messages the loop takes from the fetcher in one go.
+const maxBurst = 512
+
+// addBurst buffers m, then what the fetcher already has (up to maxBurst
+// messages, and up to a full buffer), before the loop checks the flush
+// conditions, rather than a full select and check per message. It reports
+// whether the fetcher closed msgs meanwhile.
+func (s *Sink) addBurst(m kafka.Message, msgs <-chan kafka.Message) (closed bool) {
+	full := s.add(m)
+	for n := 1; n < maxBurst && !full; n++ {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return true
+			}
+			full = s.add(m)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// drain ends a run that was cancelled: it flushes everything buffered, waits
+// for the workers to finish every batch in flight, and commits, bounded by
+// DrainTimeout.
+func (s *Sink) drain(r *kafka.Reader) error {
+	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	if err := s.flushDue(dctx, r, true); err != nil {
+		s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
+		return fmt.Errorf("drain: %w", err)
+	}
+	for s.pruneAwaiting(); len(s.awaiting) > 0; s.pruneAwaiting() {
+		select {
+		case <-s.doneNote:
+		case err := <-s.workErr:
+			s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
+			return fmt.Errorf("drain: %w", err)
+		case <-dctx.Done():
+			s.log.Error().Err(dctx.Err()).Int("batches", len(s.awaiting)).Msg("sink drain timed out; uncommitted rows will be redelivered")
+			return fmt.Errorf("drain: %w", dctx.Err())
+		}
+	}
+	if err := s.commit(dctx, r); err != nil {
+		s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
+		return fmt.Errorf("drain: %w", err)
+	}
+	st := s.Stats()
+	s.log.Info().Int64("rows", st.Rows).Int64("inserts", st.Inserts).Int64("retries", st.Retries).Msg("sink stopped")
+	return nil
+}
+
+// fetcherEnded returns why the fetcher closed its channel: the fetch error
+// it queued before closing, or nil when it stopped because the run's context
+// ended. The loop's select may see the closed channel before the queued
+// error; without this look a fetch error (a broker restart) would end Run
+// with nil, as if it had been cancelled, and the sink would stop consuming.
+func fetcherEnded(fetchErr <-chan error) error {
+	select {
+	case err := <-fetchErr:
+		return err
+	default:
+		return nil
+	}
+}
+
+func tickEvery(maxAge time.Duration) time.Duration {
+	d := maxAge / 4
+	if d < 5*time.Millisecond {
+		d = 5 * time.Millisecond
+	}
+	return d
+}
