@@ -3,14 +3,20 @@ package chsink
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
-// rejection turns an undecodable message into a rejected_events row.
+// rejectedSource is the Source of the dead letters the sink writes.
+const rejectedSource = "sink"
+
+// rejection turns an undecodable message into a rejected_events row: stage
+// decode, the reason code from err, the payload cut at Config.PayloadCap, the
+// message's time (now when it has none), and an event id from the message's
+// coordinates ("sink-decode:<topic>:<partition>:<offset>"), so a message read
+// again after a restart yields the same row.
 func (s *Sink) rejection(m kafka.Message, err error) *schemas.Rejected {
 	code := schemas.CodeMalformed
 	var fe *schemas.FieldError
@@ -22,26 +28,9 @@ func (s *Sink) rejection(m kafka.Message, err error) *schemas.Rejected {
 	case errors.Is(err, schemas.ErrUnknownType):
 		code = schemas.CodeUnknownType
 	}
-	payload := m.Value
-	if len(payload) > s.cfg.PayloadCap {
-		payload = payload[:s.cfg.PayloadCap]
-	}
-	ts := m.Time
-	if ts.IsZero() {
-		ts = time.Now()
-	}
-	msg := err.Error()
-	if len(msg) > 4096 {
-		msg = msg[:4096]
-	}
-	return &schemas.Rejected{
-		Envelope: schemas.Envelope{
-			EventID:   fmt.Sprintf("sink-decode:%s:%d:%d", m.Topic, m.Partition, m.Offset),
-			EventTime: ts.UTC(),
-			Source:    "sink",
-		},
-		Stage: schemas.StageDecode, ReasonCode: code, Message: msg,
-		SourceTopic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset,
-		Payload: append([]byte(nil), payload...),
-	}
+	rec := schemas.NewRejected(rejectedSource, schemas.StageDecode, code, err.Error(), schemas.Origin{
+		Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset, Time: m.Time, Payload: m.Value,
+	}, s.cfg.PayloadCap)
+	rec.EventID = fmt.Sprintf("sink-decode:%s:%d:%d", m.Topic, m.Partition, m.Offset)
+	return rec
 }
