@@ -99,24 +99,40 @@ type ExpectedFigures struct {
 // Expected computes ExpectedFigures from events (any order; duplicates by
 // event id count once). It uses the first campaign_declared's anchors.
 func Expected(events []schemas.Event) ExpectedFigures {
-	x := ExpectedFigures{Cells: map[string]CellFigures{}, Delta: map[PairKey]float64{}, Update: map[BenchEvolver]*float64{},
-		Benefit: map[BenchAgent]Benefit{}, Activation: map[BenchAgent]Activation{}, Adherence: map[BenchAgent]Adherence{}}
+	x := ExpectedFigures{Update: map[BenchEvolver]*float64{}, Benefit: map[BenchAgent]Benefit{}}
+	in := x.collect(events)
+	x.Cells = cellFigures(in.cells, in.attempts)
+	x.Delta = pairDeltas(x.Cells)
+	// Per seed, then averaged over seeds.
+	g := gainKeysOf(x.Delta)
+	for bm := range g.benches {
+		for ev := range g.evolvers {
+			x.Update[BenchEvolver{bm, ev}] = x.update(bm, ev, g.seeds)
+		}
+		for a := range g.agents {
+			x.Benefit[BenchAgent{bm, a}] = x.benefit(bm, a, g.seeds)
+		}
+	}
+	x.Activation = in.activation()
+	x.Adherence = in.adherence()
+	return x
+}
+
+// expectedEvents are the events Expected reads, deduplicated by event id and
+// grouped by type.
+type expectedEvents struct {
+	cells     map[string]*schemas.CellStarted
+	attempts  []*schemas.TaskAttempt
+	skillEvs  []*schemas.SkillEvent
+	judgments []*schemas.AdherenceJudgment
+}
+
+// collect deduplicates events by event id (events without one are all
+// kept), takes the campaign and anchors from the first campaign_declared,
+// counts harness updates with artifacts into x, and groups the rest.
+func (x *ExpectedFigures) collect(events []schemas.Event) *expectedEvents {
+	in := &expectedEvents{cells: map[string]*schemas.CellStarted{}}
 	seen := map[string]bool{}
-	cells := map[string]*schemas.CellStarted{}
-	type agg struct {
-		n, pass, fn, fpass int
-		score              float64
-	}
-	per := map[string]*agg{}
-	type attKey struct {
-		cell, task string
-		att        int32
-	}
-	var attempts []*schemas.TaskAttempt
-	loadedAtt := map[attKey]bool{}
-	loadCalls, loadOK := map[BenchAgent]int{}, map[BenchAgent]int{}
-	var skillEvs []*schemas.SkillEvent
-	var judgments []*schemas.AdherenceJudgment
 	for _, ev := range events {
 		id := ev.Header().EventID
 		if id != "" {
@@ -131,23 +147,37 @@ func Expected(events []schemas.Event) ExpectedFigures {
 				x.Campaign, x.AnchorAgents, x.AnchorEvolvers = e.CampaignID, e.AnchorAgents, e.AnchorEvolvers
 			}
 		case *schemas.CellStarted:
-			cells[e.CellID] = e
+			in.cells[e.CellID] = e
 		case *schemas.TaskAttempt:
-			attempts = append(attempts, e)
+			in.attempts = append(in.attempts, e)
 		case *schemas.SkillEvent:
-			skillEvs = append(skillEvs, e)
+			in.skillEvs = append(in.skillEvs, e)
 		case *schemas.AdherenceJudgment:
-			judgments = append(judgments, e)
+			in.judgments = append(in.judgments, e)
 		case *schemas.HarnessUpdate:
 			if len(e.Artifacts) > 0 {
 				x.Updates++
 			}
 		}
 	}
+	return in
+}
+
+// cellTally counts one cell's attempt-1 rows (n, pass, their score sum)
+// and final rows (fn, fpass).
+type cellTally struct {
+	n, pass, fn, fpass int
+	score              float64
+}
+
+// cellFigures are the pass rates of every started cell: an attempt passes
+// when it succeeded with status ok; an attempt with another status scores 0.
+func cellFigures(cells map[string]*schemas.CellStarted, attempts []*schemas.TaskAttempt) map[string]CellFigures {
+	per := map[string]*cellTally{}
 	for _, a := range attempts {
 		g := per[a.CellID]
 		if g == nil {
-			g = &agg{}
+			g = &cellTally{}
 			per[a.CellID] = g
 		}
 		ok := a.Success && a.Status == schemas.StatusOK
@@ -167,10 +197,11 @@ func Expected(events []schemas.Event) ExpectedFigures {
 			}
 		}
 	}
+	out := map[string]CellFigures{}
 	for id, c := range cells {
 		g := per[id]
 		if g == nil {
-			g = &agg{}
+			g = &cellTally{}
 		}
 		f := CellFigures{CampaignID: c.CampaignID, CellID: id, Benchmark: c.Benchmark, Agent: c.AgentModel,
 			Evolver: c.EvolverModel, Route: c.Route, Seed: c.Seed, NTasks: g.n}
@@ -181,179 +212,223 @@ func Expected(events []schemas.Event) ExpectedFigures {
 		if g.fn > 0 {
 			f.PassRateFinal = 100 * float64(g.fpass) / float64(g.fn)
 		}
-		x.Cells[id] = f
+		out[id] = f
 	}
-	// Pairwise gains.
+	return out
+}
+
+// pairDeltas are the pairwise gains Δ(f,e) = J(f,e) − M_base(f): every
+// evolved cell against the baseline cell of its benchmark, agent and seed.
+func pairDeltas(cells map[string]CellFigures) map[PairKey]float64 {
 	base := map[PairKey]float64{}
-	for _, f := range x.Cells {
+	for _, f := range cells {
 		if f.Evolver == "" {
 			base[PairKey{f.Benchmark, f.Agent, "", f.Seed}] = f.PassRate
 		}
 	}
-	for _, f := range x.Cells {
+	delta := map[PairKey]float64{}
+	for _, f := range cells {
 		if f.Evolver == "" {
 			continue
 		}
 		if b, ok := base[PairKey{f.Benchmark, f.Agent, "", f.Seed}]; ok {
-			x.Delta[PairKey{f.Benchmark, f.Agent, f.Evolver, f.Seed}] = f.PassRate - b
+			delta[PairKey{f.Benchmark, f.Agent, f.Evolver, f.Seed}] = f.PassRate - b
 		}
 	}
-	// Per seed, then averaged over seeds.
+	return delta
+}
+
+// gainKeys are the benchmarks, agents, evolvers and seeds (sorted) that
+// occur in the pairwise gains.
+type gainKeys struct {
+	benches, agents, evolvers map[string]bool
+	seeds                     []int32
+}
+
+// gainKeysOf collects the keys of delta.
+func gainKeysOf(delta map[PairKey]float64) gainKeys {
+	g := gainKeys{benches: map[string]bool{}, agents: map[string]bool{}, evolvers: map[string]bool{}}
 	seeds := map[int32]bool{}
-	benches, agentsSet, evolversSet := map[string]bool{}, map[string]bool{}, map[string]bool{}
-	for k := range x.Delta {
+	for k := range delta {
 		seeds[k.Seed] = true
-		benches[k.Benchmark], agentsSet[k.Agent], evolversSet[k.Evolver] = true, true, true
+		g.benches[k.Benchmark], g.agents[k.Agent], g.evolvers[k.Evolver] = true, true, true
 	}
-	for bm := range benches {
-		for ev := range evolversSet {
-			var sum float64
-			var n int
-			for s := range seeds {
-				var t float64
-				all := len(x.AnchorAgents) > 0
-				for _, a := range x.AnchorAgents {
-					d, ok := x.Delta[PairKey{bm, a, ev, s}]
-					if !ok {
-						all = false
-						break
-					}
-					t += d
-				}
-				if all {
-					sum += t / float64(len(x.AnchorAgents))
-					n++
-				}
+	for s := range seeds {
+		g.seeds = append(g.seeds, s)
+	}
+	slices.Sort(g.seeds)
+	return g
+}
+
+// update is Δupdate of evolver ev on benchmark bm: for each seed where every
+// anchor agent's cell pairs, the mean of Δ over the anchor agents; averaged
+// over those seeds. It is nil when no seed qualifies.
+func (x *ExpectedFigures) update(bm, ev string, seeds []int32) *float64 {
+	var sum float64
+	var n int
+	for _, s := range seeds {
+		var t float64
+		all := len(x.AnchorAgents) > 0
+		for _, a := range x.AnchorAgents {
+			d, ok := x.Delta[PairKey{bm, a, ev, s}]
+			if !ok {
+				all = false
+				break
 			}
-			if n > 0 {
-				v := sum / float64(n)
-				x.Update[BenchEvolver{bm, ev}] = &v
-			} else {
-				x.Update[BenchEvolver{bm, ev}] = nil
-			}
+			t += d
 		}
-		for a := range agentsSet {
-			var b Benefit
-			var maxSum, meanSum float64
-			var n int
-			seedList := make([]int32, 0, len(seeds))
-			for s := range seeds {
-				seedList = append(seedList, s)
-			}
-			slices.Sort(seedList)
-			for _, s := range seedList {
-				best, bestE, sum, m := math.Inf(-1), "", 0.0, 0
-				anchors := slices.Clone(x.AnchorEvolvers)
-				slices.Sort(anchors)
-				for _, e := range anchors {
-					d, ok := x.Delta[PairKey{bm, a, e, s}]
-					if !ok {
-						continue
-					}
-					if d > best {
-						best, bestE = d, e
-					}
-					sum += d
-					m++
-					if d < 0 {
-						b.Below++
-					}
-				}
-				if m > 0 {
-					maxSum += best
-					meanSum += sum / float64(m)
-					n++
-					if b.BestEvolver == "" {
-						b.BestEvolver = bestE
-					}
-				}
-			}
-			if n > 0 {
-				mx, mn := maxSum/float64(n), meanSum/float64(n)
-				b.MaxPP, b.MeanPP = &mx, &mn
-			}
-			x.Benefit[BenchAgent{bm, a}] = b
+		if all {
+			sum += t / float64(len(x.AnchorAgents))
+			n++
 		}
 	}
-	// Activation.
-	cellKey := func(cellID string) (BenchAgent, bool) {
-		c, ok := cells[cellID]
-		if !ok {
-			return BenchAgent{}, false
-		}
-		return BenchAgent{c.Benchmark, c.AgentModel}, true
+	if n == 0 {
+		return nil
 	}
-	for _, s := range skillEvs {
+	v := sum / float64(n)
+	return &v
+}
+
+// benefit is agent's harness benefit on benchmark bm: per seed the max and
+// mean of Δ over the anchor evolvers that pair (sorted, so that ties go to
+// the first), averaged over seeds.
+func (x *ExpectedFigures) benefit(bm, agent string, seeds []int32) Benefit {
+	var b Benefit
+	var maxSum, meanSum float64
+	var n int
+	anchors := slices.Clone(x.AnchorEvolvers)
+	slices.Sort(anchors)
+	for _, s := range seeds {
+		best, bestE, sum, m := math.Inf(-1), "", 0.0, 0
+		for _, e := range anchors {
+			d, ok := x.Delta[PairKey{bm, agent, e, s}]
+			if !ok {
+				continue
+			}
+			if d > best {
+				best, bestE = d, e
+			}
+			sum += d
+			m++
+			if d < 0 {
+				b.Below++
+			}
+		}
+		if m > 0 {
+			maxSum += best
+			meanSum += sum / float64(m)
+			n++
+			if b.BestEvolver == "" {
+				b.BestEvolver = bestE
+			}
+		}
+	}
+	if n > 0 {
+		mx, mn := maxSum/float64(n), meanSum/float64(n)
+		b.MaxPP, b.MeanPP = &mx, &mn
+	}
+	return b
+}
+
+// benchAgent is the benchmark and agent of a started cell; false for a cell
+// without cell_started.
+func (in *expectedEvents) benchAgent(cellID string) (BenchAgent, bool) {
+	c, ok := in.cells[cellID]
+	if !ok {
+		return BenchAgent{}, false
+	}
+	return BenchAgent{c.Benchmark, c.AgentModel}, true
+}
+
+// attemptKey identifies an attempt across event types.
+type attemptKey struct {
+	cell, task string
+	att        int32
+}
+
+// skillLoads counts load_skill calls (calls) and loaded ones (ok) per agent,
+// and marks the attempts that loaded a skill.
+func (in *expectedEvents) skillLoads() (calls, ok map[BenchAgent]int, loaded map[attemptKey]bool) {
+	calls, ok, loaded = map[BenchAgent]int{}, map[BenchAgent]int{}, map[attemptKey]bool{}
+	for _, s := range in.skillEvs {
 		if s.Tool != schemas.ToolLoadSkill {
 			continue
 		}
-		k, ok := cellKey(s.CellID)
-		if !ok {
+		k, started := in.benchAgent(s.CellID)
+		if !started {
 			continue
 		}
-		loadCalls[k]++
+		calls[k]++
 		if s.Status == schemas.SkillLoaded {
-			loadOK[k]++
-			loadedAtt[attKey{s.CellID, s.TaskID, s.Attempt}] = true
+			ok[k]++
+			loaded[attemptKey{s.CellID, s.TaskID, s.Attempt}] = true
 		}
 	}
-	type act struct{ offered, loaded, loadedPass int }
-	acts := map[BenchAgent]*act{}
-	for _, a := range attempts {
-		k, ok := cellKey(a.CellID)
+	return calls, ok, loaded
+}
+
+// offerTally counts an agent's attempts offered skills, those that loaded
+// one, and those of them that passed.
+type offerTally struct{ offered, loaded, loadedPass int }
+
+// offers tallies the attempts with skills available per agent.
+func (in *expectedEvents) offers(loaded map[attemptKey]bool) map[BenchAgent]*offerTally {
+	acts := map[BenchAgent]*offerTally{}
+	for _, a := range in.attempts {
+		k, ok := in.benchAgent(a.CellID)
 		if !ok || a.SkillsAvailable <= 0 {
 			continue
 		}
 		g := acts[k]
 		if g == nil {
-			g = &act{}
+			g = &offerTally{}
 			acts[k] = g
 		}
 		g.offered++
-		if loadedAtt[attKey{a.CellID, a.TaskID, a.Attempt}] {
+		if loaded[attemptKey{a.CellID, a.TaskID, a.Attempt}] {
 			g.loaded++
 			if a.Success && a.Status == schemas.StatusOK {
 				g.loadedPass++
 			}
 		}
 	}
-	type hfr struct {
-		sum float64
-		n   int
-	}
-	hfrs := map[BenchAgent]*hfr{}
-	type phases struct {
-		sum [5]float64
-		n   [5]int
-	}
-	phs := map[BenchAgent]*phases{}
-	for _, j := range judgments {
-		k, ok := cellKey(j.CellID)
+	return acts
+}
+
+// meanTally is a sum and its count.
+type meanTally struct {
+	sum float64
+	n   int
+}
+
+// hfrTallies sums F/(F+VC+VO+RU) of the judgments per agent, zero
+// denominators skipped.
+func (in *expectedEvents) hfrTallies() map[BenchAgent]*meanTally {
+	hfrs := map[BenchAgent]*meanTally{}
+	for _, j := range in.judgments {
+		k, ok := in.benchAgent(j.CellID)
 		if !ok {
 			continue
 		}
 		if den := j.Followed + j.ViolatedCommission + j.ViolatedOmission + j.RequiredUnobserved; den > 0 {
 			h := hfrs[k]
 			if h == nil {
-				h = &hfr{}
+				h = &meanTally{}
 				hfrs[k] = h
 			}
 			h.sum += float64(j.Followed) / float64(den)
 			h.n++
 		}
-		p := phs[k]
-		if p == nil {
-			p = &phases{}
-			phs[k] = p
-		}
-		for i, v := range []*float64{j.HarnessLoaded, j.FirstAction, j.Midpoint, j.PreFinal, j.FinalValidation} {
-			if v != nil {
-				p.sum[i] += *v
-				p.n[i]++
-			}
-		}
 	}
-	ptr := func(v float64) *float64 { return &v }
+	return hfrs
+}
+
+// activation are the skill-activation figures of every agent with an
+// offered attempt, a load_skill call or a judged skill.
+func (in *expectedEvents) activation() map[BenchAgent]Activation {
+	loadCalls, loadOK, loaded := in.skillLoads()
+	acts := in.offers(loaded)
+	hfrs := in.hfrTallies()
 	keys := map[BenchAgent]bool{}
 	for k := range acts {
 		keys[k] = true
@@ -364,6 +439,7 @@ func Expected(events []schemas.Event) ExpectedFigures {
 	for k := range hfrs {
 		keys[k] = true
 	}
+	out := map[BenchAgent]Activation{}
 	for k := range keys {
 		var a Activation
 		if g := acts[k]; g != nil {
@@ -381,14 +457,46 @@ func Expected(events []schemas.Event) ExpectedFigures {
 		if loadCalls[k] > 0 {
 			a.LoadSuccessRate = ptr(float64(loadOK[k]) / float64(loadCalls[k]))
 		}
-		x.Activation[k] = a
+		out[k] = a
 	}
+	return out
+}
+
+// phaseTally sums the five adherence phases (harness loaded, first action,
+// midpoint, pre-final, final validation) and counts the judgments giving each.
+type phaseTally struct {
+	sum [5]float64
+	n   [5]int
+}
+
+// adherence are the phase means, drift and decay of every agent with a
+// judgment.
+func (in *expectedEvents) adherence() map[BenchAgent]Adherence {
+	phs := map[BenchAgent]*phaseTally{}
+	for _, j := range in.judgments {
+		k, ok := in.benchAgent(j.CellID)
+		if !ok {
+			continue
+		}
+		p := phs[k]
+		if p == nil {
+			p = &phaseTally{}
+			phs[k] = p
+		}
+		for i, v := range []*float64{j.HarnessLoaded, j.FirstAction, j.Midpoint, j.PreFinal, j.FinalValidation} {
+			if v != nil {
+				p.sum[i] += *v
+				p.n[i]++
+			}
+		}
+	}
+	out := map[BenchAgent]Adherence{}
 	for k, p := range phs {
 		var ad Adherence
-		out := []**float64{&ad.HarnessLoaded, &ad.FirstAction, &ad.Midpoint, &ad.PreFinal, &ad.FinalValidation}
-		for i := range out {
+		phases := []**float64{&ad.HarnessLoaded, &ad.FirstAction, &ad.Midpoint, &ad.PreFinal, &ad.FinalValidation}
+		for i := range phases {
 			if p.n[i] > 0 {
-				*out[i] = ptr(p.sum[i] / float64(p.n[i]))
+				*phases[i] = ptr(p.sum[i] / float64(p.n[i]))
 			}
 		}
 		if ad.HarnessLoaded != nil && ad.FinalValidation != nil {
@@ -397,7 +505,10 @@ func Expected(events []schemas.Event) ExpectedFigures {
 				ad.Decay = ptr((*ad.HarnessLoaded - *ad.FinalValidation) / *ad.HarnessLoaded)
 			}
 		}
-		x.Adherence[k] = ad
+		out[k] = ad
 	}
-	return x
+	return out
 }
+
+// ptr is a pointer to a copy of v.
+func ptr(v float64) *float64 { return &v }
