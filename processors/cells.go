@@ -1,9 +1,9 @@
 package processors
 
 import (
-	"github.com/rs/zerolog"
-
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/harnessflow/harnessflow/processors/score"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -207,32 +207,14 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink) {
 	out.admitted = append(out.admitted, evEntry{value: m.value, ev: m.ev})
 }
 
+// semantic runs the semantic checks of one syntactically valid cell event
+// against its cell's state, and admits it, dead-letters it or makes it wait
+// (pending buffer, finish hold). Outputs go to out only when emit is true.
 func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 	id := cellOf(m.ev)
 	cs := c.byID[id]
 	if st, ok := m.ev.(*schemas.CellStarted); ok {
-		if cs != nil {
-			if cs.startedID == st.EventID {
-				c.m.duplicates.Inc()
-				return
-			}
-			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
-				"cell %q: second cell_started %q (the cell is already started)", id, st.EventID), emit, out)
-			return
-		}
-		cs = &cellState{
-			id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
-			known:  map[string]struct{}{st.H0Version: {}},
-			hashes: map[string]struct{}{}, ids: map[string]struct{}{},
-			// Sized from the declared task count (capped: producer input).
-			attempts:  make(map[string]struct{}, min(max(st.TaskCount, 0), 4096)),
-			startedID: st.EventID,
-		}
-		c.byID[id] = cs
-		c.admit(cs, m, emit, out)
-		for _, p := range c.pending.take(id, "") {
-			c.semantic(p.m, emit || p.m.emit, out, now)
-		}
+		c.started(cs, id, st, m, emit, out, now)
 		return
 	}
 	if cs == nil {
@@ -241,104 +223,158 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 	}
 	switch ev := m.ev.(type) {
 	case *schemas.TaskAttempt:
-		if _, ok := cs.known[ev.HarnessVersion]; !ok {
-			if cs.finished {
-				c.deadLetter(m, unknownVersion(ev, "the cell finished"), emit, out)
-				return
-			}
-			c.addPending(&pendItem{m: m, cell: id, version: ev.HarnessVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
-			return
-		}
-		c.admit(cs, m, emit, out)
-		if cs.heldFinish {
-			c.releaseFinish(id, emit, out, now)
-		}
+		c.attempt(cs, id, ev, m, emit, out, now)
 	case *schemas.HarnessUpdate:
-		if _, dup := cs.ids[ev.EventID]; dup {
-			c.m.duplicates.Inc()
-			return
-		}
-		if ev.FromVersion != cs.current {
-			c.deadLetter(m, reject(schemas.StageSemantic, CodeVersionChain,
-				"update %q of cell %q: from_version %q does not chain to the current version %q", ev.UpdateID, id, ev.FromVersion, cs.current), emit, out)
-			return
-		}
-		for i := range ev.Artifacts {
-			a := &ev.Artifacts[i]
-			if a.Op == schemas.OpRemove {
-				continue
-			}
-			if _, ok := cs.hashes[artifactHash(a)]; ok {
-				c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateContent,
-					"update %q of cell %q: artifact %q (%s) repeats content already in the cell (sha256 %s)", ev.UpdateID, id, a.Name, a.Kind, artifactHash(a)), emit, out)
-				return
-			}
-		}
-		if len(ev.EvidenceTaskIDs) == 0 {
-			c.deadLetter(m, reject(schemas.StageSemantic, CodeNoEvidence,
-				"update %q of cell %q names no evidence task ids", ev.UpdateID, id), emit, out)
-			return
-		}
-		for i := range ev.Artifacts {
-			if ev.Artifacts[i].Op != schemas.OpRemove {
-				cs.hashes[artifactHash(&ev.Artifacts[i])] = struct{}{}
-			}
-		}
-		c.admit(cs, m, emit, out)
-		if ev.Accepted {
-			cs.known[ev.ToVersion] = struct{}{}
-			if !ev.RolledBack {
-				cs.current = ev.ToVersion
-			}
-			for _, p := range c.pending.take(id, ev.ToVersion) {
-				c.semantic(p.m, emit || p.m.emit, out, now)
-			}
-			c.releaseFinish(id, emit, out, now)
-		}
+		c.update(cs, id, ev, m, emit, out, now)
 	case *schemas.CellFinished:
-		if !cs.finished && !cs.finishTimedOut && (c.pending.hasVersionWaiters(id) || int64(len(cs.attempts)) < ev.Attempts) {
-			// Attempts of the cell have not all been admitted: some wait for
-			// the update that introduces their version, or are still on their
-			// way on hf.attempts (each topic reaches the broker on its own).
-			// Hold the finish behind them so that hf.outcomes keeps the
-			// cell's order; releaseFinish or the pending timeout lets it go.
-			cs.heldFinish = true
-			c.addPending(&pendItem{m: m, cell: id, version: finishVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
-			return
-		}
-		if cs.finished && cs.finishedID == ev.EventID {
-			c.m.duplicates.Inc()
-			return
-		}
-		if cs.finished {
-			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
-				"cell %q: second cell_finished %q (the cell is already finished)", id, ev.EventID), emit, out)
-			return
-		}
-		if c.cfg.FinishHold > 0 && !cs.holdDone {
-			if cs.holdID == ev.EventID {
-				c.m.duplicates.Inc()
-				return
-			}
-			if cs.holdID != "" {
-				c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
-					"cell %q: second cell_finished %q (the cell is already finishing)", id, ev.EventID), emit, out)
-				return
-			}
-			cp := *m
-			cs.holdID = ev.EventID
-			c.holds = append(c.holds, &pendItem{m: &cp, cell: id, sinceLog: c.logClock, sinceWall: now})
-			return
-		}
-		c.admit(cs, m, emit, out)
-		cs.finished, cs.finishedID, cs.finishedLog, cs.finishedWall = true, ev.EventID, m.ts, now
-		cs.attempts, cs.heldFinish = nil, false
-		c.finished = append(c.finished, cs)
-		for _, p := range c.pending.takeVersions(id) {
-			c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell finished"), emit || p.m.emit, out)
-		}
+		c.finish(cs, id, ev, m, emit, out, now)
 	default:
 		c.admit(cs, m, emit, out)
+	}
+}
+
+// started handles the cell_started st of cell id (cs: the cell's state,
+// nil when the cell is not started yet): it starts the cell and processes
+// the events that waited for it; a redelivery is a duplicate, a second
+// cell_started a dead letter.
+func (c *cells) started(cs *cellState, id string, st *schemas.CellStarted, m *inMsg, emit bool, out *sink, now time.Time) {
+	if cs != nil {
+		if cs.startedID == st.EventID {
+			c.m.duplicates.Inc()
+			return
+		}
+		c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
+			"cell %q: second cell_started %q (the cell is already started)", id, st.EventID), emit, out)
+		return
+	}
+	cs = &cellState{
+		id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
+		known:  map[string]struct{}{st.H0Version: {}},
+		hashes: map[string]struct{}{}, ids: map[string]struct{}{},
+		// Sized from the declared task count (capped: producer input).
+		attempts:  make(map[string]struct{}, min(max(st.TaskCount, 0), 4096)),
+		startedID: st.EventID,
+	}
+	c.byID[id] = cs
+	c.admit(cs, m, emit, out)
+	for _, p := range c.pending.take(id, "") {
+		c.semantic(p.m, emit || p.m.emit, out, now)
+	}
+}
+
+// attempt handles a task_attempt of the started cell cs: admitted when its
+// harness version is known (which may release a held finish), else it waits
+// for the update that introduces it, or is a dead letter once the cell
+// finished.
+func (c *cells) attempt(cs *cellState, id string, ev *schemas.TaskAttempt, m *inMsg, emit bool, out *sink, now time.Time) {
+	if _, ok := cs.known[ev.HarnessVersion]; !ok {
+		if cs.finished {
+			c.deadLetter(m, unknownVersion(ev, "the cell finished"), emit, out)
+			return
+		}
+		c.addPending(&pendItem{m: m, cell: id, version: ev.HarnessVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
+		return
+	}
+	c.admit(cs, m, emit, out)
+	if cs.heldFinish {
+		c.releaseFinish(id, emit, out, now)
+	}
+}
+
+// update handles a harness_update of the started cell cs: it must chain from
+// the current version, add no content the cell already has and name its
+// evidence. An accepted update introduces its version, which releases the
+// attempts (and the finish) waiting for it.
+func (c *cells) update(cs *cellState, id string, ev *schemas.HarnessUpdate, m *inMsg, emit bool, out *sink, now time.Time) {
+	if _, dup := cs.ids[ev.EventID]; dup {
+		c.m.duplicates.Inc()
+		return
+	}
+	if ev.FromVersion != cs.current {
+		c.deadLetter(m, reject(schemas.StageSemantic, CodeVersionChain,
+			"update %q of cell %q: from_version %q does not chain to the current version %q", ev.UpdateID, id, ev.FromVersion, cs.current), emit, out)
+		return
+	}
+	for i := range ev.Artifacts {
+		a := &ev.Artifacts[i]
+		if a.Op == schemas.OpRemove {
+			continue
+		}
+		if _, ok := cs.hashes[artifactHash(a)]; ok {
+			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateContent,
+				"update %q of cell %q: artifact %q (%s) repeats content already in the cell (sha256 %s)", ev.UpdateID, id, a.Name, a.Kind, artifactHash(a)), emit, out)
+			return
+		}
+	}
+	if len(ev.EvidenceTaskIDs) == 0 {
+		c.deadLetter(m, reject(schemas.StageSemantic, CodeNoEvidence,
+			"update %q of cell %q names no evidence task ids", ev.UpdateID, id), emit, out)
+		return
+	}
+	for i := range ev.Artifacts {
+		if ev.Artifacts[i].Op != schemas.OpRemove {
+			cs.hashes[artifactHash(&ev.Artifacts[i])] = struct{}{}
+		}
+	}
+	c.admit(cs, m, emit, out)
+	if ev.Accepted {
+		cs.known[ev.ToVersion] = struct{}{}
+		if !ev.RolledBack {
+			cs.current = ev.ToVersion
+		}
+		for _, p := range c.pending.take(id, ev.ToVersion) {
+			c.semantic(p.m, emit || p.m.emit, out, now)
+		}
+		c.releaseFinish(id, emit, out, now)
+	}
+}
+
+// finish handles a cell_finished of the started cell cs. It waits in the
+// pending buffer while attempts of the cell are not all admitted, then for
+// Config.FinishHold (holds); then it is admitted and finishes the cell, and
+// the attempts still waiting for a version are dead letters. A redelivery is
+// a duplicate, a second cell_finished a dead letter.
+func (c *cells) finish(cs *cellState, id string, ev *schemas.CellFinished, m *inMsg, emit bool, out *sink, now time.Time) {
+	if !cs.finished && !cs.finishTimedOut && (c.pending.hasVersionWaiters(id) || int64(len(cs.attempts)) < ev.Attempts) {
+		// Attempts of the cell have not all been admitted: some wait for
+		// the update that introduces their version, or are still on their
+		// way on hf.attempts (each topic reaches the broker on its own).
+		// Hold the finish behind them so that hf.outcomes keeps the
+		// cell's order; releaseFinish or the pending timeout lets it go.
+		cs.heldFinish = true
+		c.addPending(&pendItem{m: m, cell: id, version: finishVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
+		return
+	}
+	if cs.finished && cs.finishedID == ev.EventID {
+		c.m.duplicates.Inc()
+		return
+	}
+	if cs.finished {
+		c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
+			"cell %q: second cell_finished %q (the cell is already finished)", id, ev.EventID), emit, out)
+		return
+	}
+	if c.cfg.FinishHold > 0 && !cs.holdDone {
+		if cs.holdID == ev.EventID {
+			c.m.duplicates.Inc()
+			return
+		}
+		if cs.holdID != "" {
+			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
+				"cell %q: second cell_finished %q (the cell is already finishing)", id, ev.EventID), emit, out)
+			return
+		}
+		cp := *m
+		cs.holdID = ev.EventID
+		c.holds = append(c.holds, &pendItem{m: &cp, cell: id, sinceLog: c.logClock, sinceWall: now})
+		return
+	}
+	c.admit(cs, m, emit, out)
+	cs.finished, cs.finishedID, cs.finishedLog, cs.finishedWall = true, ev.EventID, m.ts, now
+	cs.attempts, cs.heldFinish = nil, false
+	c.finished = append(c.finished, cs)
+	for _, p := range c.pending.takeVersions(id) {
+		c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell finished"), emit || p.m.emit, out)
 	}
 }
 

@@ -24,16 +24,52 @@ type partWork struct {
 	flushDone chan error
 }
 
+// stageHooks are what a stage does with a partition's merged input, bound to
+// the stage's state for the partition (newStage).
+type stageHooks struct {
+	// process handles one merged message; its outputs go to the sink only
+	// when emit (the bool) is true.
+	process func(*inMsg, bool, *sink, time.Time)
+	// tick runs the wall-clock work of a partition at its end.
+	tick func(*sink, time.Time)
+	// size is the state's size, for the gauges.
+	size func() partSize
+	// release runs when the run ends, idle when every stream is at its end
+	// (nil: nothing to run).
+	release, idle func(*sink, time.Time) // stage A: admit held finishes
+}
+
 // run rebuilds the partition's state from the log start, then processes and
 // emits from the committed offsets on, until the generation or the run ends.
 // It returns an error only for a fatal problem (outputs not writable).
 func (w *partWork) run(gctx, runCtx context.Context) error {
-	p, cfg := w.p, &w.p.cfg
+	p := w.p
 	// ctx stops the fetchers: generation or run over. fctx bounds writes and
 	// commits: it ends with the generation, and DrainTimeout after the run
 	// (at once when DrainTimeout < 0: a crash).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	fctx, fcancel := w.flushContext(gctx, runCtx, cancel)
+	defer func() {
+		// Never leave a flush running behind the generation.
+		fcancel()
+		_ = w.waitFlush()
+	}()
+	st := w.newStage()
+	sizeKey := w.stage + "/" + strconv.Itoa(w.part)
+	defer p.setSize(sizeKey, partSize{})
+	p.m.rebuilds.WithLabelValues(w.stage).Inc()
+	ch := w.startFetchers(ctx)
+	return w.loop(gctx, runCtx, fctx, ch, st, sizeKey)
+}
+
+// flushContext returns the context that bounds the partition's writes and
+// commits (fctx), and its cancel. A goroutine ends it with the generation
+// (gctx), and DrainTimeout after the run (runCtx) ends; at once when
+// DrainTimeout < 0 (a crash). Whichever of the three ends first, the
+// goroutine also calls stopFetch, which stops the fetchers.
+func (w *partWork) flushContext(gctx, runCtx context.Context, stopFetch context.CancelFunc) (context.Context, context.CancelFunc) {
+	cfg := &w.p.cfg
 	fparent := context.Background()
 	if cfg.DrainTimeout < 0 {
 		// A crash: writes and commits end the moment the run does, not
@@ -41,11 +77,6 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		fparent = runCtx
 	}
 	fctx, fcancel := context.WithCancel(fparent)
-	defer func() {
-		// Never leave a flush running behind the generation.
-		fcancel()
-		_ = w.waitFlush()
-	}()
 	go func() {
 		select {
 		case <-gctx.Done():
@@ -56,7 +87,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 			}
 		case <-fctx.Done():
 		}
-		cancel()
+		stopFetch()
 		if cfg.DrainTimeout > 0 {
 			t := time.NewTimer(cfg.DrainTimeout)
 			defer t.Stop()
@@ -68,36 +99,44 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		}
 		fcancel()
 	}()
-	var process func(*inMsg, bool, *sink, time.Time)
-	var tick func(*sink, time.Time)
-	var size func() partSize
-	var release, idle func(*sink, time.Time) // stage A: admit held finishes
+	return fctx, fcancel
+}
+
+// newStage builds the stage's state for the partition (cells for stage A,
+// pairs for stage B) and returns its hooks; for stage A it also sets
+// w.commitCap.
+func (w *partWork) newStage() stageHooks {
+	p, cfg := w.p, &w.p.cfg
 	if w.stage == stageA {
 		c := newCells(cfg, p.m)
 		c.log = p.log
-		process, tick = c.process, c.tick
-		size = func() partSize { return partSize{cells: len(c.byID), pending: c.pending.live} }
+		st := stageHooks{process: c.process, tick: c.tick}
+		st.size = func() partSize { return partSize{cells: len(c.byID), pending: c.pending.live} }
 		w.commitCap = c.commitFrom
-		release = c.drain
+		st.release = c.drain
 		if cfg.StopWhenCaughtUp {
 			// Until caught up, the log as it stands is the whole input:
 			// a finish held at its end has nothing left to wait for.
-			idle = c.drain
+			st.idle = c.drain
 		}
-	} else {
-		s := newPairs(cfg, p.m, p.camps)
-		s.log = p.log
-		process = s.process
-		tick = func(_ *sink, now time.Time) { s.sweep(now) }
-		size = func() partSize { return partSize{pairers: s.size()} }
+		return st
 	}
-	sizeKey := w.stage + "/" + strconv.Itoa(w.part)
-	defer p.setSize(sizeKey, partSize{})
-	p.m.rebuilds.WithLabelValues(w.stage).Inc()
+	s := newPairs(cfg, p.m, p.camps)
+	s.log = p.log
+	st := stageHooks{process: s.process}
+	st.tick = func(_ *sink, now time.Time) { s.sweep(now) }
+	st.size = func() partSize { return partSize{pairers: s.size()} }
+	return st
+}
 
+// startFetchers starts one fetcher per stream, reading from the log start
+// until ctx ends, and asks each for its first fetch. Their fetches arrive on
+// the returned channel.
+func (w *partWork) startFetchers(ctx context.Context) <-chan fetched {
+	p := w.p
 	ch := make(chan fetched, len(w.streams))
 	for i, s := range w.streams {
-		f := &fetcher{client: p.client, cfg: cfg, topic: s.topic, part: w.part, idx: i, decode: true, m: p.m}
+		f := &fetcher{client: p.client, cfg: &p.cfg, topic: s.topic, part: w.part, idx: i, decode: true, m: p.m}
 		if w.stage == stageB {
 			f.cache, f.split = p.cache, true
 		}
@@ -105,6 +144,16 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		s.want <- struct{}{}
 		s.inflight = true
 	}
+	return ch
+}
+
+// loop is the partition's main loop: it attaches what the fetchers deliver
+// on ch, merges and processes it (merge), and hands each full batch, or the
+// batch the merge blocked after, to a flush. It returns when the generation
+// ends, when the run ends (drain), when a fetch fails (nil: runGroup starts
+// the work again) or when a flush fails (flushExit).
+func (w *partWork) loop(gctx, runCtx, fctx context.Context, ch <-chan fetched, st stageHooks, sizeKey string) error {
+	p, cfg := w.p, &w.p.cfg
 	out, spare := &sink{}, &sink{}
 	processed, since := 0, time.Now()
 	rebuilt := false
@@ -113,115 +162,23 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	idled := false
 	ticker := time.NewTicker(cfg.FetchWait)
 	defer ticker.Stop()
-	attach := func(f fetched) error {
-		if f.err != nil {
-			return f.err
-		}
-		s := w.streams[f.stream]
-		s.inflight = false
-		s.hwm, s.next = f.hwm, f.next
-		if f.next >= f.hwm {
-			s.endSeen = f.asked
-		}
-		if len(f.msgs) > 0 {
-			if s.head() == nil && len(s.queued) == 0 {
-				s.buf, s.pos = f.msgs, 0
-			} else {
-				s.queued = append(s.queued, f)
-			}
-		}
-		if len(s.queued) == 0 {
-			s.want <- struct{}{}
-			s.inflight = true
-		}
-		return nil
-	}
 	for {
 		// Take what the fetchers delivered.
-		for more := true; more; {
-			select {
-			case f := <-ch:
-				if err := attach(f); err != nil {
-					p.log.Error().Err(err).Str("stage", w.stage).Int("partition", w.part).Msg("fetch failed; the partition's work stops and starts again from the committed offsets")
-					return nil
-				}
-			default:
-				more = false
-			}
+		if err := w.attachDelivered(ch); err != nil {
+			w.fetchFailed(err)
+			return nil
 		}
-		// Merge: process the smallest head while every stream has a head or
-		// is known to be at its end.
-		blocked := false
 		now := time.Now()
-		for processed < cfg.BatchSize {
-			var best *stream
-			ready := true
-			for _, s := range w.streams {
-				h := s.head()
-				if h == nil {
-					if !s.atEndKnown() {
-						ready = false
-						break
-					}
-					continue
-				}
-				if best == nil || before(h, s.rank, best.head(), best.rank) {
-					best = s
-				}
-			}
-			if ready && best != nil && len(w.streams) > 1 {
-				// Merge past a stream at its end only when what is merged
-				// is not newer than what that stream last had, or that
-				// stream was seen at its end by a fetch sent MergeIdle
-				// after the message arrived: a producer writing one topic
-				// after another has had that long to write the sibling
-				// topic. The end must be seen again after that time, not
-				// merely known: under a backlog a message waits in the
-				// buffer long after the sibling's last look, and what the
-				// sibling received since is not known yet.
-				h := best.head()
-				for _, s := range w.streams {
-					if s.head() == nil && h.ts.After(s.lastTS) && s.endSeen.Before(h.arrived.Add(cfg.MergeIdle)) {
-						ready = false
-						break
-					}
-				}
-			}
-			if !ready || best == nil {
-				blocked = true
-				break
-			}
-			m := best.head()
-			best.lastTS = m.ts
-			best.pos++
-			if best.consumed = m.offset + 1; m.more {
-				// A batched hf.outcomes record is consumed with its last
-				// event: a commit between its events re-reads it whole.
-				best.consumed = m.offset
-			}
-			if best.pos == len(best.buf) {
-				best.buf, best.pos = nil, 0
-				if len(best.queued) > 0 {
-					best.buf = best.queued[0].msgs
-					best.queued = best.queued[1:]
-					if len(best.queued) == 0 && !best.inflight {
-						best.want <- struct{}{}
-						best.inflight = true
-					}
-				}
-			}
-			emit := best.committed < 0 || m.offset >= best.committed
-			m.emit = emit
-			best.in.Inc()
-			process(m, emit, out, now)
-			processed++
+		n, blocked := w.merge(st.process, out, cfg.BatchSize-processed, now)
+		if n > 0 {
+			processed += n
 			idled = false
 		}
-		if blocked && idle != nil && !idled && w.allAtEnd() {
+		if blocked && st.idle != nil && !idled && w.allAtEnd() {
 			// Every stream is at its end: run idle now rather than at the
 			// next tick, so a run that stops when caught up does not wait a
 			// FetchWait for its last held finishes.
-			idle(out, now)
+			st.idle(out, now)
 			idled = true
 		}
 		if !rebuilt && w.rebuildDone() {
@@ -237,7 +194,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 			w.startFlush(fctx, out, processed)
 			out, spare = spare, out
 			processed = 0
-			p.setSize(sizeKey, size())
+			p.setSize(sizeKey, st.size())
 			continue
 		}
 		if !blocked {
@@ -245,15 +202,15 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		}
 		select {
 		case f := <-ch:
-			if err := attach(f); err != nil {
-				p.log.Error().Err(err).Str("stage", w.stage).Int("partition", w.part).Msg("fetch failed; the partition's work stops and starts again from the committed offsets")
+			if err := w.attach(f); err != nil {
+				w.fetchFailed(err)
 				return nil
 			}
 		case <-ticker.C:
 			if w.allAtEnd() {
-				tick(out, time.Now())
-				if idle != nil {
-					idle(out, time.Now())
+				st.tick(out, time.Now())
+				if st.idle != nil {
+					st.idle(out, time.Now())
 					idled = true
 				}
 			}
@@ -265,37 +222,59 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 		case <-gctx.Done():
 			return nil
 		case <-runCtx.Done():
-			if release != nil && cfg.DrainTimeout >= 0 {
-				release(out, time.Now())
+			if st.release != nil && cfg.DrainTimeout >= 0 {
+				st.release(out, time.Now())
 			}
 			return w.drain(fctx, out, processed)
 		}
 	}
 }
 
-// atEndKnown: no buffered message, and the last fetch answered that the
-// stream had reached its high watermark.
-func (s *stream) atEndKnown() bool {
-	return s.head() == nil && len(s.queued) == 0 && s.hwm >= 0 && s.next >= s.hwm
-}
-
-func (w *partWork) allAtEnd() bool {
-	for _, s := range w.streams {
-		if !s.atEndKnown() {
-			return false
+// attachDelivered attaches every fetch already delivered on ch, without
+// waiting for more. It returns the error of a failed fetch.
+func (w *partWork) attachDelivered(ch <-chan fetched) error {
+	for {
+		select {
+		case f := <-ch:
+			if err := w.attach(f); err != nil {
+				return err
+			}
+		default:
+			return nil
 		}
 	}
-	return true
 }
 
-func (w *partWork) rebuildDone() bool {
-	for _, s := range w.streams {
-		if s.committed >= 0 && s.consumed < s.committed && s.hwm >= 0 {
-			return false
-		}
-		if s.hwm < 0 {
-			return false
+// attach hands a fetch's messages to its stream (as its buffer, or queued
+// behind what the stream still holds) and, when nothing is queued, asks its
+// fetcher for the next fetch. It returns the fetch's error, if it failed.
+func (w *partWork) attach(f fetched) error {
+	if f.err != nil {
+		return f.err
+	}
+	s := w.streams[f.stream]
+	s.inflight = false
+	s.hwm, s.next = f.hwm, f.next
+	if f.next >= f.hwm {
+		s.endSeen = f.asked
+	}
+	if len(f.msgs) > 0 {
+		if s.head() == nil && len(s.queued) == 0 {
+			s.buf, s.pos = f.msgs, 0
+		} else {
+			s.queued = append(s.queued, f)
 		}
 	}
-	return true
+	if len(s.queued) == 0 {
+		s.want <- struct{}{}
+		s.inflight = true
+	}
+	return nil
+}
+
+// fetchFailed logs a fetch that failed past its retries: the partition's
+// work stops (loop returns nil) and runGroup starts it again from the
+// committed offsets.
+func (w *partWork) fetchFailed(err error) {
+	w.p.log.Error().Err(err).Str("stage", w.stage).Int("partition", w.part).Msg("fetch failed; the partition's work stops and starts again from the committed offsets")
 }

@@ -129,40 +129,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		return p.runGroup(gctx, stageB)
 	})
 	if cfg.StopWhenCaughtUp {
-		g.Go(func() error {
-			// The end offsets to catch up with, read once; a broker that
-			// does not answer yet is waited for, like the stages wait.
-			var ends map[string]map[int]int64
-			bo := backoff.NewExponentialBackOff()
-			bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
-			if err := backoff.RetryNotify(func() error {
-				var err error
-				ends, err = kafkax.EndOffsets(gctx, p.client, CellTopics...)
-				if gctx.Err() != nil {
-					return backoff.Permanent(gctx.Err())
-				}
-				return err
-			}, backoff.WithContext(bo, gctx), func(err error, d time.Duration) {
-				p.log.Warn().Err(err).Dur("retry_in", d).Msg("read the raw topics' end offsets to catch up with; retrying")
-			}); err != nil {
-				return nil // the run ended
-			}
-			t := time.NewTicker(50 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-gctx.Done():
-					return nil
-				case <-t.C:
-				}
-				lag, err := lag(gctx, p.client, cfg.Group, ends)
-				if err == nil && lag == 0 {
-					p.log.Info().Str("group", cfg.Group).Msg("caught up with the raw topics' end offsets read at start")
-					cancel()
-					return nil
-				}
-			}
-		})
+		g.Go(func() error { return p.stopWhenCaughtUp(gctx, cancel) })
 	}
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -171,6 +138,48 @@ func (p *Processor) Run(ctx context.Context) error {
 	return err
 }
 
+// stopWhenCaughtUp calls stop once the group's two stages have committed
+// everything up to the raw topics' end offsets read when it starts
+// (Config.StopWhenCaughtUp), looking every 50ms. It returns nil, also when
+// ctx ends first.
+func (p *Processor) stopWhenCaughtUp(ctx context.Context, stop context.CancelFunc) error {
+	cfg := &p.cfg
+	// The end offsets to catch up with, read once; a broker that
+	// does not answer yet is waited for, like the stages wait.
+	var ends map[string]map[int]int64
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	if err := backoff.RetryNotify(func() error {
+		var err error
+		ends, err = kafkax.EndOffsets(ctx, p.client, CellTopics...)
+		if ctx.Err() != nil {
+			return backoff.Permanent(ctx.Err())
+		}
+		return err
+	}, backoff.WithContext(bo, ctx), func(err error, d time.Duration) {
+		p.log.Warn().Err(err).Dur("retry_in", d).Msg("read the raw topics' end offsets to catch up with; retrying")
+	}); err != nil {
+		return nil // the run ended
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		lag, err := lag(ctx, p.client, cfg.Group, ends)
+		if err == nil && lag == 0 {
+			p.log.Info().Str("group", cfg.Group).Msg("caught up with the raw topics' end offsets read at start")
+			stop()
+			return nil
+		}
+	}
+}
+
+// setSize records the state sizes of one stage partition (key: zero sizes
+// remove it) and sets the gauges to the totals.
 func (p *Processor) setSize(key string, s partSize) {
 	p.sizeMu.Lock()
 	defer p.sizeMu.Unlock()
