@@ -1,6 +1,12 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harnessflow/harnessflow/bench/stages"
+)
 
 func init() { register(newBenchCmd) }
 
@@ -17,4 +23,16 @@ reported as ratios because shared machines are noisy.`,
 		cmd.AddCommand(f())
 	}
 	return cmd
+}
+
+// benchExit maps a stage bench's error to the exit status: 1 when the
+// measured run failed (stages.ErrFailed), 2 for the bench's own setup.
+func benchExit(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, stages.ErrFailed) {
+		return withCode(1, err)
+	}
+	return withCode(2, err)
 }
