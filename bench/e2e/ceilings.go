@@ -106,7 +106,7 @@ func (b *bench) ceilings(ctx context.Context, p plan, events int) (*Ceilings, er
 	c.ClickHouseClientRowsPerS = float64(rows) / total
 	b.pr("ceiling: clickhouse-client TSV insert %.0f rows/s (%d rows into %d twin tables, %.1fs)", c.ClickHouseClientRowsPerS, rows, len(tables), total)
 	if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+chddl.QuoteIdent(db)); err != nil {
-		b.cfg.Log.Warn().Err(err).Msg("drop ceiling database")
+		b.log.Warn().Err(err).Msg("drop ceiling database")
 	}
 	return c, nil
 }

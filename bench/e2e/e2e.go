@@ -93,8 +93,6 @@ type Config struct {
 	Command string
 	// Progress receives readable progress lines. Default: discarded.
 	Progress io.Writer
-	// Log receives JSON logs. Default: a no-op logger.
-	Log zerolog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -371,7 +369,8 @@ type Machine struct {
 // Run performs the whole benchmark. It returns the result with an error
 // when an assertion failed (rows missing, DLQ incomplete), so that the
 // figures can still be written.
-func Run(ctx context.Context, cfg Config) (*Result, error) {
+func Run(ctx context.Context, cfg Config, opts ...Option) (*Result, error) {
+	o := newOptions(opts)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("bench e2e config: %w", err)
@@ -397,13 +396,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer func() {
 		if err := cl.Close(); err != nil {
-			cfg.Log.Warn().Err(err).Msg("cluster close")
+			o.log.Warn().Err(err).Msg("cluster close")
 		}
 	}()
 	if err := cl.StartAll(); err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, cl: cl, pr: pr, run: fmt.Sprintf("e2e%d", time.Now().Unix()%1000000), reqs: countRequests(cl.Broker().Cluster())}
+	b := &bench{cfg: cfg, log: o.log, cl: cl, pr: pr, run: fmt.Sprintf("e2e%d", time.Now().Unix()%1000000), reqs: countRequests(cl.Broker().Cluster())}
 	res := &Result{Date: time.Now().UTC().Format(time.RFC3339), Command: cfg.Command, Ratios: map[string]float64{}}
 	res.Machine = machine(ctx, cl)
 	pr("bench e2e: %d cores, %.1f GiB, %s, ClickHouse %s, logs in %s", res.Machine.Cores, res.Machine.MemoryGiB,
@@ -421,6 +420,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 type bench struct {
 	cfg Config
+	log zerolog.Logger
 	cl  *fleet.Cluster
 	pr  func(string, ...any)
 	run string // prefix of every campaign id of this run

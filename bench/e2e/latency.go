@@ -146,7 +146,7 @@ func (b *bench) pollProbes(ctx context.Context, mu *sync.Mutex, pending map[stri
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				b.cfg.Log.Warn().Err(err).Msg("latency poll")
+				b.log.Warn().Err(err).Msg("latency poll")
 			} else {
 				mu.Lock()
 				for rows.Next() {

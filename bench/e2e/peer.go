@@ -112,7 +112,7 @@ func (b *bench) peer(ctx context.Context, p plan) Peer {
 		for _, q := range []string{"DROP TABLE IF EXISTS " + db + ".task_attempts_peer_mv", "DROP TABLE IF EXISTS " + db + ".task_attempts_peer_queue"} {
 			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			if err := conn.Exec(dctx, q); err != nil {
-				b.cfg.Log.Warn().Err(err).Str("query", q).Msg("peer cleanup")
+				b.log.Warn().Err(err).Str("query", q).Msg("peer cleanup")
 			}
 			cancel()
 		}

@@ -246,7 +246,7 @@ func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, 
 					return cpuSnap{}, fmt.Errorf("%s: %w: rows %+v, want exactly %+v", name, err, pl.counts(), ph.Expected)
 				case err != nil:
 					// Checked again at the next poll, with a new snapshot.
-					b.cfg.Log.Warn().Err(err).Msg("check row counts")
+					b.log.Warn().Err(err).Msg("check row counts")
 				case v == verified:
 					ph.Got = pl.counts()
 					ph.VisibleS = now.Sub(t0).Seconds()
@@ -268,7 +268,7 @@ func (b *bench) wait(ctx context.Context, name string, ph *Phase, t0 time.Time, 
 				}
 			}
 		} else {
-			b.cfg.Log.Warn().Err(err).Msg("count rows")
+			b.log.Warn().Err(err).Msg("count rows")
 		}
 		if ph.Got != lastGot {
 			lastGot, lastChange = ph.Got, time.Now()

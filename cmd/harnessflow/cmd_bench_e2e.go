@@ -61,7 +61,6 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 			}
 			cfg.Bin = bin
 			cfg.Progress = cmd.OutOrStdout()
-			cfg.Log = obs.NewLogger("bench-e2e")
 			cfg.Command = "harnessflow " + strings.Join(os.Args[1:], " ")
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)
@@ -71,7 +70,7 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 				defer f.Close()
 				cfg.CPUProfile = f
 			}
-			res, runErr := e2e.Run(cmd.Context(), cfg)
+			res, runErr := e2e.Run(cmd.Context(), cfg, e2e.WithLogger(obs.NewLogger("bench-e2e")))
 			if res == nil {
 				return withCode(2, runErr)
 			}
