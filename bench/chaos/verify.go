@@ -145,9 +145,46 @@ func verify(ctx context.Context, conn driver.Conn, db string, e *expectation) (*
 	}
 
 	// labeled_samples: ids and values against the reference.
+	sc, wantSamples, err := verifySamples(ctx, conn, q, e, v)
+	if err != nil {
+		return nil, err
+	}
+	v.Tables = append(v.Tables, sc)
+
+	rounds, err := idCounts(ctx, conn, fmt.Sprintf("SELECT event_id, count() FROM %s.round_metrics FINAL GROUP BY event_id", q))
+	if err != nil {
+		return nil, err
+	}
+	v.Tables = append(v.Tables, compare("round_metrics", e.ref.Rounds, rounds))
+
+	// rejected_events: hf.dlq's dead letters, by payload.
+	rc, err := verifyDLQ(ctx, conn, q, e, v)
+	if err != nil {
+		return nil, err
+	}
+	v.Tables = append(v.Tables, rc)
+
+	trained, err := idCounts(ctx, conn, fmt.Sprintf("SELECT id, count() FROM (SELECT arrayJoin(sample_ids) AS id FROM %s.trainer_steps FINAL) GROUP BY id", q))
+	if err != nil {
+		return nil, err
+	}
+	v.Tables = append(v.Tables, withUpdates(compare("trainer_steps", wantSamples, trained), e.ref))
+
+	var pending uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND is_done = 0", db).Scan(&pending); err != nil {
+		return nil, fmt.Errorf("query system.mutations: %w", err)
+	}
+	v.PendingMutations = int(pending)
+	return v, nil
+}
+
+// verifySamples compares labeled_samples in q (the quoted database) with
+// the reference run, ids and values: it counts value mismatches in v and
+// returns the table's check and the sample ids expected.
+func verifySamples(ctx context.Context, conn driver.Conn, q string, e *expectation, v *verification) (TableCheck, map[string]bool, error) {
 	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sample_id, count(), any(label), any(effect), any(p_value) FROM %s.labeled_samples FINAL GROUP BY sample_id", q))
 	if err != nil {
-		return nil, fmt.Errorf("query labeled_samples: %w", err)
+		return TableCheck{}, nil, fmt.Errorf("query labeled_samples: %w", err)
 	}
 	got := map[string]uint64{}
 	for rows.Next() {
@@ -156,7 +193,7 @@ func verify(ctx context.Context, conn driver.Conn, db string, e *expectation) (*
 		var effect, p float64
 		if err := rows.Scan(&id, &n, &label, &effect, &p); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("scan labeled_samples: %w", err)
+			return TableCheck{}, nil, fmt.Errorf("scan labeled_samples: %w", err)
 		}
 		got[id] = n
 		want, ok := e.ref.Samples[id]
@@ -169,24 +206,23 @@ func verify(ctx context.Context, conn driver.Conn, db string, e *expectation) (*
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read labeled_samples: %w", err)
+		return TableCheck{}, nil, fmt.Errorf("read labeled_samples: %w", err)
 	}
 	wantSamples := map[string]bool{}
 	for id := range e.ref.Samples {
 		wantSamples[id] = true
 	}
-	v.Tables = append(v.Tables, withUpdates(compare("labeled_samples", wantSamples, got), e.ref))
+	return withUpdates(compare("labeled_samples", wantSamples, got), e.ref), wantSamples, nil
+}
 
-	rounds, err := idCounts(ctx, conn, fmt.Sprintf("SELECT event_id, count() FROM %s.round_metrics FINAL GROUP BY event_id", q))
+// verifyDLQ checks rejected_events in q (the quoted database) against the
+// malformed events, by payload: hf.dlq's dead letters as the table's check
+// (returned), their reasons and copies, and the sink's own decode-failure
+// rows, in v.
+func verifyDLQ(ctx context.Context, conn driver.Conn, q string, e *expectation, v *verification) (TableCheck, error) {
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT event_id, _topic, reason_code, payload FROM %s.rejected_events FINAL", q))
 	if err != nil {
-		return nil, err
-	}
-	v.Tables = append(v.Tables, compare("round_metrics", e.ref.Rounds, rounds))
-
-	// rejected_events: hf.dlq's dead letters, by payload.
-	rows, err = conn.Query(ctx, fmt.Sprintf("SELECT event_id, _topic, reason_code, payload FROM %s.rejected_events FINAL", q))
-	if err != nil {
-		return nil, fmt.Errorf("query rejected_events: %w", err)
+		return TableCheck{}, fmt.Errorf("query rejected_events: %w", err)
 	}
 	dlq := map[string]uint64{}
 	byID := map[string]int{}
@@ -194,7 +230,7 @@ func verify(ctx context.Context, conn driver.Conn, db string, e *expectation) (*
 		var id, topic, reason, payload string
 		if err := rows.Scan(&id, &topic, &reason, &payload); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("scan rejected_events: %w", err)
+			return TableCheck{}, fmt.Errorf("scan rejected_events: %w", err)
 		}
 		byID[id]++
 		want, isBad := e.malformed[payload]
@@ -213,7 +249,7 @@ func verify(ctx context.Context, conn driver.Conn, db string, e *expectation) (*
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read rejected_events: %w", err)
+		return TableCheck{}, fmt.Errorf("read rejected_events: %w", err)
 	}
 	wantDLQ := map[string]bool{}
 	for p := range e.malformed {
@@ -241,20 +277,7 @@ func verify(ctx context.Context, conn driver.Conn, db string, e *expectation) (*
 			rc.Duplicated++
 		}
 	}
-	v.Tables = append(v.Tables, rc)
-
-	trained, err := idCounts(ctx, conn, fmt.Sprintf("SELECT id, count() FROM (SELECT arrayJoin(sample_ids) AS id FROM %s.trainer_steps FINAL) GROUP BY id", q))
-	if err != nil {
-		return nil, err
-	}
-	v.Tables = append(v.Tables, withUpdates(compare("trainer_steps", wantSamples, trained), e.ref))
-
-	var pending uint64
-	if err := conn.QueryRow(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND is_done = 0", db).Scan(&pending); err != nil {
-		return nil, fmt.Errorf("query system.mutations: %w", err)
-	}
-	v.PendingMutations = int(pending)
-	return v, nil
+	return rc, nil
 }
 
 // compare counts want's ids missing from got, got's ids seen more than once
