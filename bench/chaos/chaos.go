@@ -401,7 +401,7 @@ func (r *runner) progress(ctx context.Context) func() {
 // verification and the lags.
 func (r *runner) settle(ctx context.Context) (*verification, map[string]int64, error) {
 	exp := newExpectation(r.camp, r.bad, r.ref)
-	client := &kafka.Client{Addr: kafka.TCP(r.cl.Brokers()...), Timeout: 10 * time.Second}
+	client := kafkax.NewClient(r.cl.Brokers())
 	deadline := time.Now().Add(r.cfg.SettleTimeout)
 	var last *verification
 	lags := map[string]int64{}
@@ -493,7 +493,7 @@ func (r *runner) report(v *verification, lags map[string]int64, ps ProducerStats
 	for _, c := range r.children {
 		rep.UnexpectedExits[c.p.Name] = c.unexpectedExits()
 	}
-	client := &kafka.Client{Addr: kafka.TCP(r.cl.Brokers()...), Timeout: 10 * time.Second}
+	client := kafkax.NewClient(r.cl.Brokers())
 	if ends, err := kafkax.EndOffsets(context.Background(), client, schemas.RawTopics...); err == nil {
 		for _, ps := range ends {
 			for _, e := range ps {

@@ -120,7 +120,7 @@ func runReference(ctx context.Context, c *gen.Campaign, bad []malformed) (*refer
 // readTopics decodes every message of topics, from the first offset to the
 // end offset read at the start, and hands each event with its message to fn.
 func readTopics(ctx context.Context, brokers []string, fn func(kafka.Message, schemas.Event), topics ...string) error {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	client := kafkax.NewClient(brokers)
 	ends, err := kafkax.EndOffsets(ctx, client, topics...)
 	if err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
@@ -575,7 +574,7 @@ func (b *bench) rejections(ctx context.Context, name string) string {
 // merge in the pipeline's database. It gives up after limit
 // (the phase is then measured anyway) and reports what it waited for.
 func (b *bench) quiesce(ctx context.Context, name string, limit time.Duration) {
-	client := &kafka.Client{Addr: kafka.TCP(b.cl.Brokers()...), Timeout: 10 * time.Second}
+	client := kafkax.NewClient(b.cl.Brokers())
 	start := time.Now()
 	for {
 		lag, lerr := kafkax.GroupLag(ctx, client, "hf-trainer", schemas.TopicSamples)
