@@ -266,15 +266,14 @@ func (s *Stack) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	trainerReady := make(chan string, 1)
 	tr, err := trainer.New(trainer.Config{
 		Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database,
 		CheckpointDir: filepath.Join(cfg.DataDir, "trainer"), Device: cfg.Device, Listen: trainerLn.Addr().String(),
-	}, trainer.WithLogger(s.sub("trainer")), trainer.WithHTTPReady(trainerReady), trainer.WithListener(trainerLn))
+	}, trainer.WithLogger(s.sub("trainer")), trainer.WithRegisterer(reg), trainer.WithListener(trainerLn))
 	if err != nil {
 		return err
 	}
-	gw, err := ingest.New(ingest.Config{Brokers: brokers, Listen: ingestLn.Addr().String(), TokensFile: tokensFile}, ingest.WithLogger(s.sub("ingest")), ingest.WithRegistry(reg), ingest.WithListener(ingestLn))
+	gw, err := ingest.New(ingest.Config{Brokers: brokers, Listen: ingestLn.Addr().String(), TokensFile: tokensFile}, ingest.WithLogger(s.sub("ingest")), ingest.WithRegisterer(reg), ingest.WithListener(ingestLn))
 	if err != nil {
 		return err
 	}
@@ -293,17 +292,17 @@ func (s *Stack) Run(ctx context.Context) error {
 	g.Go(func() error { return named("ingest", gw.Run(gctx)) })
 
 	waitErr := func() error {
-		for _, ch := range []<-chan string{metricsReady, trainerReady} {
-			select {
-			case addr := <-ch:
-				if ch == metricsReady {
-					ep.MetricsURL = "http://" + addr + "/metrics"
-				} else {
-					ep.TrainerURL = "http://" + addr + "/v1/score"
-				}
-			case <-gctx.Done():
-				return g.Wait()
-			}
+		select {
+		case addr := <-metricsReady:
+			ep.MetricsURL = "http://" + addr + "/metrics"
+		case <-gctx.Done():
+			return g.Wait()
+		}
+		select {
+		case <-tr.Ready():
+			ep.TrainerURL = "http://" + tr.Addr() + "/v1/score"
+		case <-gctx.Done():
+			return g.Wait()
 		}
 		select {
 		case <-gw.Ready():

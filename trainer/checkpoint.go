@@ -81,15 +81,17 @@ type CheckpointStore struct {
 }
 
 // NewCheckpointStore returns a store on dir (created if missing) that keeps
-// the newest keep checkpoints (keep < 1 means 3).
-func NewCheckpointStore(dir string, keep int, log zerolog.Logger) (*CheckpointStore, error) {
+// the newest keep checkpoints (keep < 1 means 3). Of the options it reads
+// only WithLogger (default: obs.NewLogger("trainer")).
+func NewCheckpointStore(dir string, keep int, opts ...Option) (*CheckpointStore, error) {
 	if keep < 1 {
 		keep = 3
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint dir: %w", err)
 	}
-	return &CheckpointStore{dir: dir, keep: keep, log: log}, nil
+	o := collect(opts)
+	return &CheckpointStore{dir: dir, keep: keep, log: o.logger("trainer")}, nil
 }
 
 // FileName returns the file name of checkpoint index i.

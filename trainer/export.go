@@ -12,7 +12,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
@@ -144,8 +143,11 @@ type located struct {
 
 // Export reads cfg.Topic from offset 0 to the end offsets at start (no consumer
 // group), deduplicates by sample_id, and writes deterministic shards
-// (shard-00000.jsonl, ...) and manifest.json into cfg.Out.
-func Export(ctx context.Context, cfg ExportConfig, log zerolog.Logger) (*Manifest, error) {
+// (shard-00000.jsonl, ...) and manifest.json into cfg.Out. Of the options it
+// reads only WithLogger (default: obs.NewLogger("export-dataset")).
+func Export(ctx context.Context, cfg ExportConfig, opts ...Option) (*Manifest, error) {
+	o := collect(opts)
+	log := o.logger("export-dataset")
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ func TestExportGolden(t *testing.T) {
 			out := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			m, err := Export(ctx, ExportConfig{Brokers: []string{addr}, Format: format, Out: out, ShardRows: 2}, zerolog.Nop())
+			m, err := Export(ctx, ExportConfig{Brokers: []string{addr}, Format: format, Out: out, ShardRows: 2}, WithLogger(zerolog.Nop()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +65,7 @@ func TestExportGolden(t *testing.T) {
 			}
 			// A second export is byte-identical (deterministic).
 			out2 := t.TempDir()
-			if _, err := Export(ctx, ExportConfig{Brokers: []string{addr}, Format: format, Out: out2, ShardRows: 2}, zerolog.Nop()); err != nil {
+			if _, err := Export(ctx, ExportConfig{Brokers: []string{addr}, Format: format, Out: out2, ShardRows: 2}, WithLogger(zerolog.Nop())); err != nil {
 				t.Fatal(err)
 			}
 			golden := filepath.Join("testdata", "export", format)

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,30 +19,33 @@ type metrics struct {
 	stepSeconds, scoreSeconds              prometheus.Histogram
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+// newMetrics makes the trainer's metrics (hf_trainer_*) and registers them
+// with reg (all of them, or none and the error).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	var all []prometheus.Collector
 	g := func(name, help string) prometheus.Gauge {
 		x := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "hf", Subsystem: "trainer", Name: name, Help: help})
-		reg.MustRegister(x)
+		all = append(all, x)
 		return x
 	}
 	c := func(name, help string) prometheus.Counter {
 		x := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "hf", Subsystem: "trainer", Name: name, Help: help})
-		reg.MustRegister(x)
+		all = append(all, x)
 		return x
 	}
 	h := func(name, help string, buckets []float64) prometheus.Histogram {
 		x := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "hf", Subsystem: "trainer", Name: name, Help: help, Buckets: buckets})
-		reg.MustRegister(x)
+		all = append(all, x)
 		return x
 	}
 	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hf", Subsystem: "trainer", Name: "invalid_samples_total",
 		Help: "Samples skipped as invalid (also counted in bad_samples_total), by reason code (the DLQ's: out_of_range, bad_enum, missing_field)."},
 		[]string{"reason"})
-	reg.MustRegister(invalid)
+	all = append(all, invalid)
 	for _, code := range []string{schemas.CodeOutOfRange, schemas.CodeBadEnum, schemas.CodeMissingField} {
 		invalid.WithLabelValues(code) // present at 0 before the first one
 	}
-	return &metrics{
+	m := &metrics{
 		step:         g("step", "Optimizer steps taken."),
 		samples:      g("step_samples", "Samples trained in the last step."),
 		loss:         g("loss", "Last step's total loss (NLL + CE), ensemble mean."),
@@ -63,6 +67,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		stepSeconds:  h("step_seconds", "Time per training step.", prometheus.ExponentialBuckets(0.001, 2, 16)),
 		scoreSeconds: h("score_seconds", "Time per /v1/score request.", prometheus.ExponentialBuckets(0.0001, 2, 16)),
 	}
+	for i, x := range all {
+		if err := reg.Register(x); err != nil {
+			for _, done := range all[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("register trainer metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 func (m *metrics) observeStep(r stepRow, took time.Duration) {

@@ -196,7 +196,7 @@ func TestRestoreReadsUnlistedPartitionFromStart(t *testing.T) {
 	produceTo(t, addr, 0, p0)
 	produceTo(t, addr, 1, p1)
 
-	store, err := NewCheckpointStore(dir, 3, zerolog.Nop())
+	store, err := NewCheckpointStore(dir, 3, WithLogger(zerolog.Nop()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestStopDuringRowFlushIsClean(t *testing.T) {
 // when not empty), as /metrics shows it.
 func counter(t *testing.T, tr *Trainer, name, reason string) float64 {
 	t.Helper()
-	mfs, err := tr.reg.Gather()
+	mfs, err := tr.served.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

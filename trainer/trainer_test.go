@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -244,13 +245,12 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	samples := genSamples(r, 0, 3000)
 	produce(t, addr, samples)
-	ready := make(chan string, 1)
 	tr, err := New(Config{
 		Brokers: []string{addr}, ClickHouse: ch.Addr, Database: ch.Database, Name: "learn", Group: "learn",
 		CheckpointDir: t.TempDir(), CheckpointEvery: 50, BatchSize: 32, BatchAge: 50 * time.Millisecond,
 		Listen: "127.0.0.1:0", Ensemble: 3, Seed: 5, Lambda: 0.5, Model: smallModel(), SessionTimeout: time.Second,
 		HeldoutFraction: 0.15,
-	}, WithHTTPReady(ready), WithLogger(zerolog.Nop()), WithBackend(backend.NewCPU()))
+	}, WithLogger(zerolog.Nop()), WithBackend(backend.NewCPU()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,8 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 	go func() { done <- tr.Run(ctx) }()
 	var httpAddr string
 	select {
-	case httpAddr = <-ready:
+	case <-tr.Ready():
+		httpAddr = tr.Addr()
 	case err := <-done:
 		t.Fatalf("run: %v", err)
 	case <-time.After(60 * time.Second):
@@ -330,13 +331,9 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 
 	// /v1/score answers from the trained ensemble (the HTTP server is gone;
 	// score through a fresh server on the same trainer's handler).
-	srvCtx, srvCancel := context.WithCancel(context.Background())
-	defer srvCancel()
-	tr.cfg.Listen = "127.0.0.1:0"
-	ready2 := make(chan string, 1)
-	tr.httpReady = ready2
-	go func() { _ = tr.serveHTTP(srvCtx) }()
-	httpAddr = <-ready2
+	srv := httptest.NewServer(tr.Handler())
+	defer srv.Close()
+	httpAddr = srv.Listener.Addr().String()
 	score := func(update string) Score {
 		body, _ := json.Marshal(ScoreRequest{Input: Input{Update: update, Kind: "skill", Evolver: "evolver-1", Agent: "agent-1", Benchmark: "swe", Query: "task 3 failed"}})
 		resp, err := http.Post("http://"+httpAddr+"/v1/score", "application/json", bytes.NewReader(body))
@@ -377,7 +374,7 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 func TestCheckpointCorruptionFallsBack(t *testing.T) {
 	dir := t.TempDir()
 	var logs bytes.Buffer
-	store, err := NewCheckpointStore(dir, 3, zerolog.New(&logs))
+	store, err := NewCheckpointStore(dir, 3, WithLogger(zerolog.New(&logs)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ manifest.json (counts, source offsets, sha256 per shard) to --out:
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Brokers = kafkax.ParseBrokers(brokers)
-			m, err := trainer.Export(cmd.Context(), cfg, obs.NewLogger("export-dataset"))
+			m, err := trainer.Export(cmd.Context(), cfg, trainer.WithLogger(obs.NewLogger("export-dataset")))
 			if err != nil {
 				if errors.Is(err, trainer.ErrConfig) {
 					return withCode(2, err)

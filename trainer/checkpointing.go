@@ -1,0 +1,157 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// restore loads the newest valid checkpoint (if any), deletes trainer_steps
+// rows of steps after it, and re-publishes its checkpoint_published event.
+func (t *Trainer) restore(ctx context.Context) error {
+	ck, path, err := t.store.LoadLatest()
+	switch {
+	case errors.Is(err, ErrNoCheckpoint):
+		t.log.Info().Str("dir", t.cfg.CheckpointDir).Msg("no checkpoint: starting from scratch at the group's committed offsets or the first offset")
+	case err != nil:
+		return err
+	default:
+		if ck.Topic != t.cfg.Topic || len(ck.Models) != len(t.models) {
+			return fmt.Errorf("%w: %s has topic %s and %d models, config wants %s and %d", ErrIncompatible, path, ck.Topic, len(ck.Models), t.cfg.Topic, len(t.models))
+		}
+		t.mu.Lock()
+		for i, m := range t.models {
+			if err := m.Restore(ck.Models[i]); err != nil {
+				t.mu.Unlock()
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		t.modelVersion = ck.ModelVersion
+		t.mu.Unlock()
+		t.index, t.step, t.trained = ck.Index, ck.Step, ck.SamplesTrained
+		for p, o := range ck.Offsets {
+			t.offsets[p] = o
+		}
+		t.dedup = newDedup(t.cfg.DedupWindow, ck.Recent)
+		if ck.CellVersions != nil {
+			t.cells = ck.CellVersions
+		}
+		t.heldout = ck.Heldout
+		t.restored = true
+		t.log.Info().Str("checkpoint", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
+			Interface("offsets", ck.Offsets).Msg("restored checkpoint; reading from its offsets")
+	}
+	t.metrics.step.Set(float64(t.step))
+	// Rows of steps after the checkpoint describe work the restart discards.
+	if err := t.ch.Exec(ctx, "ALTER TABLE trainer_steps DELETE WHERE trainer = ? AND step > ?", t.cfg.Name, uint64(t.step)); err != nil {
+		return fmt.Errorf("delete trainer_steps rows after step %d: %w", t.step, err)
+	}
+	if ck != nil {
+		t.publish(ctx, ck)
+	}
+	t.lastCkpt = time.Now()
+	t.restoreDone.Store(true)
+	return nil
+}
+
+// housekeeping flushes rows when due and checkpoints when due (or when final
+// and anything was consumed since the last checkpoint).
+func (t *Trainer) housekeeping(ctx context.Context, final bool) error {
+	due := t.dirty && (final || t.stepsSinceCk >= t.cfg.CheckpointEvery || time.Since(t.lastCkpt) >= t.cfg.CheckpointInterval)
+	if len(t.rows) > 0 && (due || final || time.Since(t.rowsSince) >= t.cfg.RowFlushInterval) {
+		if err := t.flushRows(ctx); err != nil {
+			return err
+		}
+	}
+	if due {
+		return t.checkpoint(ctx)
+	}
+	return nil
+}
+
+// checkpoint writes a checkpoint of the current state, then publishes it and
+// commits the group's offsets (monitoring only).
+func (t *Trainer) checkpoint(ctx context.Context) error {
+	start := time.Now()
+	idx := max(t.index, t.store.MaxIndex()) + 1
+	ck := &Checkpoint{
+		Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", t.cfg.Name, idx), Step: t.step, SamplesTrained: t.trained,
+		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells,
+		Heldout: t.heldout, CreatedAt: time.Now().UTC(),
+	}
+	for p, o := range t.offsets {
+		ck.Offsets[p] = o
+	}
+	// The tensors stream from the models into the file, one at a time: a
+	// full copy of every tensor (weights and both AdamW moments) per
+	// checkpoint was most of the trainer's peak memory. On the CPU backend
+	// they are read in place (a host buffer the size of the largest tensor,
+	// the embedding table, was still the trainer's peak live heap minus its
+	// resting one); from a device, through one host buffer. Only this
+	// goroutine trains, so the models do not change meanwhile; /v1/score
+	// only reads the weights, and the lock is for its use of the backend.
+	t.mu.Lock()
+	for _, m := range t.models {
+		ck.Models = append(ck.Models, m.Shape())
+	}
+	t.mu.Unlock()
+	var buf []float32
+	ck.tensor = func(model, param, which int) []float32 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.models[model].Tensor(param, which, &buf)
+	}
+	path, err := t.store.Save(ck)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.modelVersion = ck.ModelVersion
+	t.mu.Unlock()
+	t.index = idx
+	t.dirty = false
+	t.stepsSinceCk = 0
+	t.lastCkpt = time.Now()
+	t.metrics.checkpoints.Inc()
+	t.log.Info().Str("path", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
+		Interface("offsets", ck.Offsets).Dur("took", time.Since(start)).Msg("checkpoint written")
+	t.publish(ctx, ck)
+	if t.gen != nil {
+		commit := map[int]int64{}
+		for _, a := range t.gen.Assignments[t.cfg.Topic] {
+			if o, ok := t.offsets[int32(a.ID)]; ok {
+				commit[a.ID] = o
+			}
+		}
+		if err := t.gen.CommitOffsets(map[string]map[int]int64{t.cfg.Topic: commit}); err != nil {
+			t.log.Warn().Err(err).Msg("commit group offsets (monitoring only) failed")
+		}
+	}
+	return nil
+}
+
+// publish sends ck's checkpoint_published event (at least once; its event id
+// is the model version, so consumers dedupe).
+func (t *Trainer) publish(ctx context.Context, ck *Checkpoint) {
+	ev := &schemas.CheckpointPublished{ModelVersion: ck.ModelVersion, Step: ck.Step, SamplesTrained: ck.SamplesTrained}
+	ev.EventID = "checkpoint:" + ck.ModelVersion
+	ev.EventTime = ck.CreatedAt
+	ev.Source = "trainer:" + t.cfg.Name
+	for p, o := range ck.Offsets {
+		ev.Offsets = append(ev.Offsets, schemas.TopicOffset{Topic: ck.Topic, Partition: p, Offset: o})
+	}
+	hm := Summarize(ck.Heldout)
+	ev.Metrics = map[string]float64{"heldout_acc": hm.Acc, "heldout_macro_f1": hm.MacroF1, "heldout_mae": hm.MAE, "heldout_n": float64(hm.N)}
+	b, err := schemas.Encode(ev)
+	if err == nil {
+		err = t.writer.WriteMessages(ctx, kafka.Message{Key: []byte(ev.PartitionKey()), Value: b})
+	}
+	if err != nil {
+		t.log.Warn().Err(err).Str("model_version", ck.ModelVersion).Msg("publish checkpoint_published failed (checkpoint is durable)")
+	}
+}

@@ -1,0 +1,216 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/harnessflow/harnessflow/internal/chx"
+)
+
+// stepsInsert writes trainer_steps rows.
+const stepsInsert = `INSERT INTO trainer_steps (trainer, model_version, step, samples, sample_ids, sample_id_hash,
+  loss, loss_nll, loss_ce, heldout_acc, heldout_macro_f1, heldout_mae,
+  staleness_versions_p50, staleness_versions_p95, staleness_model_p50, staleness_model_p95,
+  dropped_stale, device, written_at)`
+
+// stepRow is one trainer_steps row: one step's samples, losses, held-out
+// metrics and staleness.
+type stepRow struct {
+	modelVersion           string
+	step                   uint64
+	samples                uint32
+	ids                    []string
+	hash                   string
+	l                      Losses
+	h                      HeldoutMetrics
+	sv50, sv95, sm50, sm95 float64
+	droppedStale           uint32
+	writtenAt              time.Time
+}
+
+// batchIntake is what trainBatch makes of a batch before its step: the
+// examples to train on with their sample ids and staleness (in harness and
+// in model versions), the held-out examples, and the counts of the messages
+// skipped as bad or duplicate and of the samples dropped as stale.
+type batchIntake struct {
+	train, held       []Example
+	ids               []string
+	staleV, staleM    []float64
+	bad, dup, dropped int
+}
+
+// trainBatch consumes batch (a prefix of what was read): it advances the
+// frontier over every message, skips undecodable and invalid ones (counted and
+// logged; see checkSample) and duplicates, drops stale ones, evaluates
+// held-out ones, and trains the rest in one step.
+func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
+	start := time.Now()
+	in, err := t.intake(ctx, batch)
+	if err != nil {
+		return err
+	}
+	l, mv, err := t.trainStep(in.train, in.held)
+	if err != nil {
+		return err
+	}
+	t.metrics.duplicates.Add(float64(in.dup))
+	t.metrics.bad.Add(float64(in.bad))
+	t.metrics.droppedStale.Add(float64(in.dropped))
+	if len(in.train) == 0 {
+		return nil
+	}
+	t.step++
+	t.stepsSinceCk++
+	t.trained += int64(len(in.train))
+	if len(t.heldout) > t.cfg.HeldoutWindow {
+		t.heldout = append([]HeldoutRecord(nil), t.heldout[len(t.heldout)-t.cfg.HeldoutWindow:]...)
+	}
+	hm := Summarize(t.heldout)
+	row := stepRow{modelVersion: mv, step: uint64(t.step), samples: uint32(len(in.train)), ids: in.ids, hash: idHash(in.ids), l: l, h: hm,
+		sv50: quantile(in.staleV, 0.5), sv95: quantile(in.staleV, 0.95), sm50: quantile(in.staleM, 0.5), sm95: quantile(in.staleM, 0.95),
+		droppedStale: uint32(in.dropped), writtenAt: time.Now()}
+	if len(t.rows) == 0 {
+		t.rowsSince = time.Now()
+	}
+	t.rows = append(t.rows, row)
+	t.metrics.observeStep(row, time.Since(start))
+	t.log.Info().Int64("step", t.step).Int("samples", len(in.train)).Int("heldout", len(in.held)).Int("duplicates", in.dup).
+		Int("dropped_stale", in.dropped).Int("bad", in.bad).Float64("loss", l.Total).Float64("loss_nll", l.NLL).Float64("loss_ce", l.CE).
+		Float64("heldout_acc", hm.Acc).Float64("heldout_macro_f1", hm.MacroF1).Float64("heldout_mae", hm.MAE).
+		Float64("staleness_versions_p95", row.sv95).Float64("staleness_model_p95", row.sm95).
+		Dur("took", time.Since(start)).Msg("step")
+	return nil
+}
+
+// intake sorts batch's messages for the step: it advances the frontier
+// over every message, dead-letters the undecodable and invalid ones, skips
+// duplicates (and remembers the rest in the dedup window), updates the
+// per-cell harness versions, drops the stale samples, and keeps the others
+// as held-out or training examples.
+func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, error) {
+	var in batchIntake
+	for _, m := range batch {
+		if o := m.off + 1; o > t.offsets[m.part] {
+			t.offsets[m.part] = o
+		}
+		t.dirty = true
+		if m.err != nil {
+			in.bad++
+			if err := t.rejectUndecodable(ctx, m); err != nil {
+				return in, err
+			}
+			continue
+		}
+		s := m.s
+		if fe := checkSample(s); fe != nil {
+			in.bad++
+			if err := t.rejectInvalid(ctx, m, fe); err != nil {
+				return in, err
+			}
+			continue
+		}
+		label := LabelIndex(s.Label)
+		if t.dedup.has(s.SampleID) {
+			in.dup++
+			continue
+		}
+		t.dedup.add(s.SampleID)
+		if len(t.cells) >= t.cfg.MaxCells {
+			t.cells = map[string]int32{}
+		}
+		if v, ok := t.cells[s.CellID]; !ok || s.HarnessVersionIndex > v {
+			t.cells[s.CellID] = s.HarnessVersionIndex
+		}
+		sv := float64(t.cells[s.CellID] - s.HarnessVersionIndex)
+		if t.cfg.MaxStaleness > 0 && sv > float64(t.cfg.MaxStaleness) {
+			in.dropped++
+			continue
+		}
+		ex := Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
+			Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: label}
+		if IsHeldOut(s.SampleID, t.cfg.HeldoutFraction) {
+			in.held = append(in.held, ex)
+			continue
+		}
+		in.train = append(in.train, ex)
+		in.ids = append(in.ids, s.SampleID)
+		in.staleV = append(in.staleV, sv)
+		in.staleM = append(in.staleM, float64(t.index-m.arrivedIndex))
+	}
+	return in, nil
+}
+
+// trainStep evaluates the held-out examples and trains every ensemble member
+// on train, under t.mu (/v1/score waits). It returns the members' mean
+// losses and the model version the step started from.
+func (t *Trainer) trainStep(train, held []Example) (Losses, string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(held) > 0 {
+		t.evaluate(held)
+	}
+	var l Losses
+	for _, m := range t.models {
+		li, err := m.TrainStep(train)
+		if err != nil {
+			return l, "", err
+		}
+		k := float64(len(t.models))
+		l.Total += li.Total / k
+		l.NLL += li.NLL / k
+		l.CE += li.CE / k
+	}
+	return l, t.modelVersion, nil
+}
+
+// evaluate scores held-out examples with the ensemble (t.mu held).
+func (t *Trainer) evaluate(held []Example) {
+	ins := make([]*Input, len(held))
+	for i := range held {
+		ins[i] = &held[i].Input
+	}
+	agg := t.predictLocked(ins)
+	for i, a := range agg {
+		d := a.Effect - held[i].Effect
+		if d < 0 {
+			d = -d
+		}
+		t.heldout = append(t.heldout, HeldoutRecord{Label: held[i].Label, Pred: LabelIndex(a.Label), AbsErr: d})
+	}
+}
+
+// flushRows writes buffered trainer_steps rows in one batch, retrying
+// transient failures for up to a minute.
+func (t *Trainer) flushRows(ctx context.Context) error {
+	op := func() error {
+		b, err := t.ch.PrepareBatch(ctx, stepsInsert)
+		if err != nil {
+			return classify(err)
+		}
+		for _, r := range t.rows {
+			if err := b.Append(t.cfg.Name, r.modelVersion, r.step, r.samples, r.ids, r.hash, r.l.Total, r.l.NLL, r.l.CE,
+				r.h.Acc, r.h.MacroF1, r.h.MAE, r.sv50, r.sv95, r.sm50, r.sm95, r.droppedStale, t.device, r.writtenAt); err != nil {
+				_ = b.Abort()
+				return backoff.Permanent(fmt.Errorf("append step %d: %w", r.step, err))
+			}
+		}
+		return classify(b.Send())
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, time.Minute
+	if err := backoff.Retry(op, backoff.WithContext(bo, ctx)); err != nil {
+		return fmt.Errorf("write %d trainer_steps rows: %w", len(t.rows), err)
+	}
+	t.rows = t.rows[:0]
+	return nil
+}
+
+func classify(err error) error {
+	if err != nil && !chx.Retryable(err) {
+		return backoff.Permanent(err)
+	}
+	return err
+}
