@@ -10,7 +10,8 @@ import (
 	"github.com/harnessflow/harnessflow/internal/chx"
 )
 
-// stepsInsert writes trainer_steps rows.
+// stepsInsert writes trainer_steps rows (the table is defined by the
+// migrations, infra/chddl/0001_tables.sql).
 const stepsInsert = `INSERT INTO trainer_steps (trainer, model_version, step, samples, sample_ids, sample_id_hash,
   loss, loss_nll, loss_ce, heldout_acc, heldout_macro_f1, heldout_mae,
   staleness_versions_p50, staleness_versions_p95, staleness_model_p50, staleness_model_p95,

@@ -40,16 +40,6 @@ import (
 	"github.com/harnessflow/harnessflow/trainer/backend"
 )
 
-// StepsDDL creates trainer_steps (the ClickHouse migrations own it; the
-// trainer applies it idempotently too, so it runs against a bare database).
-const StepsDDL = `CREATE TABLE IF NOT EXISTS trainer_steps(trainer String, model_version String, step UInt64, samples UInt32,
-  sample_ids Array(String), sample_id_hash String, loss Float64, loss_nll Float64, loss_ce Float64,
-  heldout_acc Float64, heldout_macro_f1 Float64, heldout_mae Float64,
-  staleness_versions_p50 Float64, staleness_versions_p95 Float64,
-  staleness_model_p50 Float64, staleness_model_p95 Float64,
-  dropped_stale UInt32, device String, written_at DateTime)
-ENGINE = ReplacingMergeTree(written_at) ORDER BY (trainer, step)`
-
 // Trainer is the continuous trainer. Create it with New and call Run once.
 type Trainer struct {
 	cfg    Config
@@ -219,25 +209,27 @@ func (t *Trainer) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// openClickHouse applies the ClickHouse migrations to the trainer's database
+// (infra/chddl, which define trainer_steps; a no-op when the schema is up to
+// date, as under `harnessflow up`, which migrates first) and opens the
+// trainer's connection to it.
 func (t *Trainer) openClickHouse(ctx context.Context) error {
 	admin, err := chx.Open(ctx, t.cfg.ClickHouse, "")
 	if err != nil {
 		return err
 	}
-	err = admin.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+chddl.QuoteIdent(t.cfg.Database))
+	res, err := chddl.Migrate(ctx, chx.Session(admin), t.cfg.Database)
 	admin.Close()
 	if err != nil {
-		return fmt.Errorf("create database %s: %w", t.cfg.Database, err)
+		return fmt.Errorf("migrate %s: %w", t.cfg.Database, err)
 	}
+	res.Log(t.log, t.cfg.Database)
 	t.ch, err = chx.Open(ctx, t.cfg.ClickHouse, t.cfg.Database)
 	if err != nil {
 		return err
 	}
 	if t.wrapCH != nil {
 		t.ch = t.wrapCH(t.ch)
-	}
-	if err := t.ch.Exec(ctx, StepsDDL); err != nil {
-		return fmt.Errorf("create trainer_steps: %w", err)
 	}
 	return nil
 }
