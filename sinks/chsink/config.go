@@ -139,7 +139,8 @@ func DefaultTopics() []string {
 	return out
 }
 
-// Option is a test seam.
+// Option customizes a Sink: its logger, its metrics registry, and (a test
+// seam) its writer.
 type Option func(*Sink)
 
 // WithLogger sets the logger. Default: no logging.

@@ -80,7 +80,7 @@ func TestCancelWhileAFlushWaitsForAnInserter(t *testing.T) {
 			t.Fatalf("round %d: clean stop returned %v (%d rows inserted)", round, err, sw.rows.Load())
 		}
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+		client := kafkax.NewClient(brokers)
 		ends, err := kafkax.EndOffsets(cctx, client, schemas.TopicAttempts)
 		if err == nil {
 			var c map[string]map[int]int64
