@@ -24,7 +24,7 @@ func progressCount(t *testing.T, addr, group string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := kafkax.NewClient([]string{addr})
 	var n int64
 	for _, g := range []struct {
 		group  string
@@ -178,7 +178,7 @@ func TestCrashSIGKILL(t *testing.T) {
 // progressTotal is the number of raw cell-topic messages.
 func progressTotal(t *testing.T, addr string) int64 {
 	t.Helper()
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := kafkax.NewClient([]string{addr})
 	ends, err := kafkax.EndOffsets(context.Background(), client, CellTopics...)
 	if err != nil {
 		t.Fatal(err)

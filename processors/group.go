@@ -2,7 +2,6 @@ package processors
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -25,16 +25,14 @@ func (p *Processor) runGroup(ctx context.Context, stage string) error {
 	if stage == stageB {
 		group, topics = PairGroup(cfg.Group), []string{schemas.TopicOutcomes}
 	}
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+	cg, err := kafkax.NewConsumerGroup(kafkax.GroupConfig{
 		ID: group, Brokers: cfg.Brokers, Topics: topics,
-		GroupBalancers:    []kafka.GroupBalancer{CoPartitionBalancer{}},
+		Balancers:         []kafka.GroupBalancer{CoPartitionBalancer{}},
 		HeartbeatInterval: cfg.HeartbeatInterval, SessionTimeout: cfg.SessionTimeout,
 		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: 200 * time.Millisecond,
-		RetentionTime: 30 * 24 * time.Hour, StartOffset: kafka.FirstOffset, Timeout: 10 * time.Second,
-		PartitionWatchInterval: 5 * time.Second,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer group %s: %w", group, err)
+		return err
 	}
 	defer cg.Close()
 	ctx, cancel := context.WithCancel(ctx)

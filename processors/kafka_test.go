@@ -133,7 +133,7 @@ func readTopic(t *testing.T, addr, topic string) []kafka.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := kafkax.NewClient([]string{addr})
 	ends, err := kafkax.EndOffsets(ctx, client, topic)
 	if err != nil {
 		t.Fatal(err)
@@ -446,7 +446,7 @@ func splitByTime(c *gen.Campaign, msgs map[string][]kafka.Message, n int) []map[
 // waitMembers polls until every group has n members and is stable.
 func waitMembers(t *testing.T, addr string, n int, groups ...string) {
 	t.Helper()
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := kafkax.NewClient([]string{addr})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ok := true

@@ -11,7 +11,6 @@ import (
 	"github.com/harnessflow/harnessflow/internal/broker"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -84,7 +83,7 @@ func TestCleanStopDrainsEveryPartition(t *testing.T) {
 			t.Fatalf("clean stop: %v", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+		client := kafkax.NewClient([]string{addr})
 		ends, err := kafkax.EndOffsets(ctx, client, CellTopics...)
 		if err != nil {
 			cancel()
@@ -152,7 +151,7 @@ func TestExpiredPartitionsCountAsCaughtUp(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := kafkax.NewClient([]string{addr})
 	parts, err := kafkax.Partitions(ctx, client, schemas.TopicJudgments)
 	if err != nil {
 		t.Fatal(err)

@@ -95,29 +95,22 @@ func (s *sink) reset() {
 	s.opens = s.opens[:0]
 }
 
+// deadLetterSource is the envelope source of the processors' dead letters.
+const deadLetterSource = "harnessflow-process"
+
 // deadLetter builds the dead letter of m: a schemas.Rejected whose event_id
 // is derived from its content (source coordinates included), so a replay or a
 // redelivery yields the same id, and whose event_time is the message's
 // timestamp (never the wall clock).
 func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
-	payload := m.value
-	if len(payload) > payloadCap {
-		payload = payload[:payloadCap]
-	}
-	rec := &schemas.Rejected{
-		Envelope:    schemas.Envelope{EventTime: m.ts.UTC(), Source: "harnessflow-process"},
-		Stage:       r.stage,
-		ReasonCode:  r.code,
-		Message:     r.msg,
-		SourceTopic: m.topic,
-		Partition:   int32(m.partition),
-		Offset:      m.offset,
-		Payload:     append([]byte(nil), payload...),
-	}
+	o := schemas.Origin{Topic: m.topic, Partition: int32(m.partition), Offset: m.offset, Time: m.ts, Payload: m.value}
 	if m.ev != nil {
-		rec.Project = m.ev.Header().Project
+		o.Project = m.ev.Header().Project
 	}
-	rec.EventID = rejectedID(rec)
+	rec := schemas.NewRejected(deadLetterSource, r.stage, r.code, r.msg, o, payloadCap)
+	// The message's timestamp even when it is zero (NewRejected would take
+	// the wall clock). The id does not hash the time.
+	rec.EventTime = m.ts.UTC()
 	if m.sub > 0 {
 		// Events of one batched hf.outcomes record share its coordinates.
 		rec.EventID = subID(rec.EventID, m.sub)
@@ -128,10 +121,6 @@ func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 	}
 	return kafka.Message{Topic: schemas.TopicDLQ, Key: []byte(rec.PartitionKey()), Value: b, Time: m.ts}, nil
 }
-
-// rejectedID is schemas.DeriveEventID of the dead letter, which hashes its
-// source coordinates (topic, partition, offset).
-func rejectedID(rec *schemas.Rejected) string { return schemas.DeriveEventID(rec) }
 
 // subID is the dead-letter id of the sub-th event (sub > 0) of a batched
 // hf.outcomes record whose coordinates derive id: deterministic, and apart

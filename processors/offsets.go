@@ -2,7 +2,6 @@ package processors
 
 import (
 	"context"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -53,7 +52,7 @@ func lag(ctx context.Context, client *kafka.Client, group string, rawEnds map[st
 // so far is processed and its derived events are acknowledged. Wall-clock
 // timeouts of pending events may still add dead letters later.
 func Lag(ctx context.Context, brokers []string, group string) (int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	client := kafkax.NewClient(brokers)
 	ends, err := kafkax.EndOffsets(ctx, client, CellTopics...)
 	if err != nil {
 		return 0, err

@@ -89,7 +89,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err := kafkax.EnsureAllTopics(ctx, cfg.Brokers); err != nil {
 		return err
 	}
-	p.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
+	p.client = kafkax.NewClient(cfg.Brokers)
 	parts, err := kafkax.Partitions(ctx, p.client, append(append([]string{}, CellTopics...), schemas.TopicCampaigns, schemas.TopicOutcomes)...)
 	if err != nil {
 		return err

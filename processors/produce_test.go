@@ -52,7 +52,7 @@ func TestOutWriterRoutesLikeKafkaWriter(t *testing.T) {
 	addr := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := kafkax.NewClient([]string{addr})
 	ow := newOutWriter(client)
 
 	// Twins of the output topics' partition counts for the reference writer.

@@ -32,7 +32,7 @@ func TestFetchRecyclesPages(t *testing.T) {
 		}
 	}
 	var part int
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := kafkax.NewClient([]string{addr})
 	cfg := testConfig(addr, "pages")
 	cfg.setDefaults()
 	cfg.FetchMaxBytes = 4 << 20
