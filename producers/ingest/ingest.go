@@ -120,18 +120,21 @@ func (c *Config) Validate() error {
 // Option is an optional collaborator of New.
 type Option func(*options)
 
+// options are what New's Options set.
 type options struct {
 	log zerolog.Logger
-	reg *prometheus.Registry
+	reg prometheus.Registerer
 	ln  net.Listener
 }
 
 // WithLogger sets the logger. Default: a disabled logger.
 func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithRegistry sets the Prometheus registry the gateway's metrics are
-// registered in and /metrics serves. Default: a new obs.NewRegistry().
-func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.reg = r } }
+// WithRegisterer registers the gateway's metrics (hf_ingest_*) with r.
+// The gateway's /metrics serves r when r is a *prometheus.Registry, and
+// otherwise a registry of its own (obs.NewRegistry) that holds the same
+// metrics. Default: a registry of its own.
+func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.reg = r } }
 
 // WithListener serves on ln (already bound; closed when Run ends) instead of
 // binding Config.Listen.
@@ -142,8 +145,8 @@ func WithListener(ln net.Listener) Option { return func(o *options) { o.ln = ln 
 type Server struct {
 	cfg    Config
 	log    zerolog.Logger
-	reg    *prometheus.Registry
-	ln     net.Listener // WithListener's, or nil: bind cfg.Listen
+	reg    *prometheus.Registry // what /metrics serves
+	ln     net.Listener         // WithListener's, or nil: bind cfg.Listen
 	tokens *tokenSet
 	prod   *producers.Producer
 
@@ -154,10 +157,7 @@ type Server struct {
 	// inflight holds MaxInflight body bytes, taken by the requests handled.
 	inflight *semaphore.Weighted
 
-	requests   *prometheus.CounterVec
-	events     prometheus.Counter
-	rejections *prometheus.CounterVec
-	latency    prometheus.Histogram
+	metrics
 }
 
 // New validates cfg, loads the tokens and prepares the gateway; Run serves.
@@ -169,9 +169,6 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	o := options{log: zerolog.Nop()}
 	for _, opt := range opts {
 		opt(&o)
-	}
-	if o.reg == nil {
-		o.reg = obs.NewRegistry()
 	}
 	tokens := map[string]string{}
 	if cfg.TokensFile != "" {
@@ -195,46 +192,18 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	regs, served := registries(o.reg)
 	s := &Server{
-		cfg: cfg, log: o.log, reg: o.reg, ln: o.ln, tokens: newTokenSet(tokens), prod: prod,
+		cfg: cfg, log: o.log, reg: served, ln: o.ln, tokens: newTokenSet(tokens), prod: prod,
 		ready: make(chan struct{}), inflight: semaphore.NewWeighted(cfg.MaxInflight),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "harnessflow_ingest_requests_total", Help: "Requests to /v1/events by HTTP status code.",
-		}, []string{"code"}),
-		events: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "harnessflow_ingest_events_total", Help: "Events accepted and acknowledged by the brokers.",
-		}),
-		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "harnessflow_ingest_rejections_total", Help: "Rejected requests to /v1/events by reason.",
-		}, []string{"reason"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "harnessflow_ingest_request_duration_seconds", Help: "Latency of /v1/events requests, acknowledgement included.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}),
+		metrics: newMetrics(),
 	}
-	for _, c := range []prometheus.Collector{s.requests, s.events, s.rejections, s.latency} {
-		if err := s.reg.Register(c); err != nil {
-			_ = prod.Close(context.Background())
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
-	}
-	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone, reasonBusy} {
-		s.rejections.WithLabelValues(r)
+	if err := s.metrics.register(regs...); err != nil {
+		_ = prod.Close(context.Background())
+		return nil, err
 	}
 	return s, nil
 }
-
-// Rejection reasons (label of harnessflow_ingest_rejections_total).
-const (
-	reasonMethod       = "method"
-	reasonUnauthorized = "unauthorized"
-	reasonForbidden    = "forbidden"
-	reasonTooLarge     = "too_large"
-	reasonInvalid      = "invalid"
-	reasonDelivery     = "delivery"
-	reasonClientGone   = "client_gone"
-	reasonBusy         = "busy"
-)
 
 // Run creates the topics if needed, serves until ctx ends, then drains the
 // producer. It returns an error if the listener or the brokers fail at start.

@@ -203,14 +203,14 @@ func TestIngestAnswers(t *testing.T) {
 	m, _ := io.ReadAll(resp2.Body)
 	resp2.Body.Close()
 	for _, want := range []string{
-		`harnessflow_ingest_requests_total{code="202"} 3`,
-		`harnessflow_ingest_requests_total{code="401"} 2`,
-		`harnessflow_ingest_events_total 6`,
-		`harnessflow_ingest_rejections_total{reason="unauthorized"} 2`,
-		`harnessflow_ingest_rejections_total{reason="forbidden"} 1`,
-		`harnessflow_ingest_rejections_total{reason="invalid"} 2`,
-		`harnessflow_ingest_rejections_total{reason="too_large"} 1`,
-		`harnessflow_ingest_request_duration_seconds_count 9`,
+		`hf_ingest_requests_total{code="202"} 3`,
+		`hf_ingest_requests_total{code="401"} 2`,
+		`hf_ingest_events_total 6`,
+		`hf_ingest_rejections_total{reason="unauthorized"} 2`,
+		`hf_ingest_rejections_total{reason="forbidden"} 1`,
+		`hf_ingest_rejections_total{reason="invalid"} 2`,
+		`hf_ingest_rejections_total{reason="too_large"} 1`,
+		`hf_ingest_request_duration_seconds_count 9`,
 	} {
 		if !strings.Contains(string(m), want+"\n") {
 			t.Errorf("/metrics lacks %q", want)
@@ -286,10 +286,10 @@ func TestDeliveryFailureAnswers(t *testing.T) {
 		b, _ := io.ReadAll(m.Body)
 		m.Body.Close()
 		text = string(b)
-		return strings.Contains(text, `harnessflow_ingest_requests_total{code="499"} 1`+"\n") &&
-			strings.Contains(text, `harnessflow_ingest_rejections_total{reason="client_gone"} 1`+"\n")
+		return strings.Contains(text, `hf_ingest_requests_total{code="499"} 1`+"\n") &&
+			strings.Contains(text, `hf_ingest_rejections_total{reason="client_gone"} 1`+"\n")
 	})
-	if !strings.Contains(text, `harnessflow_ingest_rejections_total{reason="delivery"} 1`+"\n") {
+	if !strings.Contains(text, `hf_ingest_rejections_total{reason="delivery"} 1`+"\n") {
 		t.Fatalf("the client that went away was counted as a delivery failure too:\n%s", text)
 	}
 }
