@@ -1,6 +1,8 @@
 package producers
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,8 +36,9 @@ func keyField(t schemas.Type) string {
 	return "cell_id"
 }
 
-// prepare fills, validates and encodes ev into a pooled buffer.
-func (p *Producer) prepare(ev schemas.Event) (item, error) {
+// prepare fills, validates and encodes ev into a pooled buffer. ctx bounds
+// a schema registry's answer (WithSchemaRegistry).
+func (p *Producer) prepare(ctx context.Context, ev schemas.Event) (item, error) {
 	if ev == nil {
 		return item{}, &InvalidEventError{Err: &schemas.FieldError{Code: schemas.CodeMissingField, Msg: "nil event"}}
 	}
@@ -70,9 +73,15 @@ func (p *Producer) prepare(ev schemas.Event) (item, error) {
 	}
 	buf := p.pool.Get().(*[]byte)
 	b := append((*buf)[:0], key...)
-	b, err := schemas.AppendEncode(b, ev)
+	b, err := p.encode(ctx, b, ev)
 	if err != nil {
 		p.pool.Put(buf)
+		var fe *schemas.FieldError
+		if p.registry != nil && !errors.As(err, &fe) {
+			// Not the event's fault: the registry did not answer, or
+			// refused the schema.
+			return item{}, fmt.Errorf("%w: %s event %s: %w", ErrSchemaRegistry, t, h.EventID, err)
+		}
 		return invalid(err)
 	}
 	*buf = b
@@ -85,6 +94,15 @@ func (p *Producer) prepare(ev schemas.Event) (item, error) {
 		return invalid(&schemas.FieldError{Type: t, Code: schemas.CodeTooLarge, Msg: fmt.Sprintf("encoded event is %d bytes, over the producer's %d-byte batch limit", len(b), p.cfg.BatchBytes)})
 	}
 	return item{ev: ev, buf: buf, keyLen: len(key), topic: topic, at: p.now()}, nil
+}
+
+// encode appends ev's encoding to dst: the Confluent wire format with a
+// schema registry (WithSchemaRegistry), Avro single-object otherwise.
+func (p *Producer) encode(ctx context.Context, dst []byte, ev schemas.Event) ([]byte, error) {
+	if p.registry != nil {
+		return p.registry.AppendEncodeConfluent(ctx, dst, ev)
+	}
+	return schemas.AppendEncode(dst, ev)
 }
 
 // release returns a buffer to the pool; nil is ignored. Buffers that grew very

@@ -17,6 +17,10 @@ var (
 	ErrClosed = errors.New("producer closed")
 	// ErrInvalidEvent matches every *InvalidEventError (errors.Is).
 	ErrInvalidEvent = errors.New("invalid event")
+	// ErrSchemaRegistry is returned (wrapped) by Emit and EmitSync when the
+	// schema registry of WithSchemaRegistry could not give an event's schema
+	// id (unreachable, or it refused the schema); nothing of it is queued.
+	ErrSchemaRegistry = errors.New("schema registry")
 )
 
 // InvalidEventError is returned by Emit and EmitSync for an event that fails

@@ -68,12 +68,13 @@ type Stats struct {
 // their Emit order unless a retry intervenes; up to BufferSize events may be
 // in flight while BufferSize more wait in the buffer.
 type Producer struct {
-	cfg  Config
-	log  zerolog.Logger
-	now  func() time.Time
-	w    *kafka.Writer
-	ch   chan item
-	pool sync.Pool // *[]byte
+	cfg      Config
+	log      zerolog.Logger
+	now      func() time.Time
+	registry *schemas.Registry // nil: single-object encoding
+	w        *kafka.Writer
+	ch       chan item
+	pool     sync.Pool // *[]byte
 
 	// ready wakes the run goroutine while it waits to complete a batch:
 	// Emit signals it only once the buffer holds what the batch lacks
@@ -131,6 +132,7 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 		cfg:            cfg,
 		log:            o.log,
 		now:            o.now,
+		registry:       o.registry,
 		ch:             make(chan item, cfg.BufferSize),
 		ready:          make(chan struct{}, 1),
 		stopping:       make(chan struct{}),
@@ -166,15 +168,16 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 // Config, event_time now, event_id by schemas.DeriveEventID: ev is modified),
 // encodes it and queues it for delivery. It returns an *InvalidEventError for
 // an invalid event, ErrBufferFull when the buffer is full under FailFast,
-// ctx's error when ctx ends while blocked under Block, and ErrClosed after
-// Close. A nil return means the event is queued: it is then delivered, or
-// reported to Config.OnError and counted in the next Flush or Close error.
-// ev must not be modified after Emit returns.
+// ctx's error when ctx ends while blocked under Block, ErrClosed after
+// Close, and an error wrapping ErrSchemaRegistry when the schema registry of
+// WithSchemaRegistry gives no schema id. A nil return means the event is
+// queued: it is then delivered, or reported to Config.OnError and counted in
+// the next Flush or Close error. ev must not be modified after Emit returns.
 func (p *Producer) Emit(ctx context.Context, ev schemas.Event) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	it, err := p.prepare(ev)
+	it, err := p.prepare(ctx, ev)
 	if err != nil {
 		return err
 	}
@@ -238,7 +241,7 @@ func (p *Producer) EmitSync(ctx context.Context, evs ...schemas.Event) error {
 	}
 	items := make([]item, 0, len(evs))
 	for i, ev := range evs {
-		it, err := p.prepare(ev)
+		it, err := p.prepare(ctx, ev)
 		if err != nil {
 			for _, it := range items {
 				p.release(it.buf)

@@ -22,9 +22,12 @@ func newProduceCmd() *cobra.Command {
 standard input, validates every line and produces the valid ones to their topics,
 keyed by cell_id. Each invalid line is reported on stderr as "line N: <reason>";
 blank lines are skipped. A final line "produced P, rejected R" follows.
+Events are Avro single-object encoded; with --schema-registry URL they are
+written in the Confluent wire format instead, their schemas registered there.
 
 Exit status: 0 when every line was produced, 1 when some lines were rejected,
-2 on usage errors, connection errors or events the brokers did not acknowledge.`,
+2 on usage errors, connection errors (brokers, schema registry) or events the
+brokers did not acknowledge.`,
 		Example: "  harnessflow produce --brokers 127.0.0.1:9092 --project demo events.jsonl\n  gen-events | harnessflow produce --brokers 127.0.0.1:9092 -",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,6 +57,7 @@ Exit status: 0 when every line was produced, 1 when some lines were rejected,
 	f.StringVar(&cfg.Project, "project", "", "project to set on events that have none")
 	f.StringVar(&cfg.Source, "source", jsonl.DefaultSource, "source to set on events that have none")
 	f.DurationVar(&cfg.ConnectTimeout, "connect-timeout", jsonl.DefaultConnectTimeout, "how long to wait for a reachable broker")
+	f.StringVar(&cfg.SchemaRegistry, "schema-registry", "", "schema registry URL: write the Confluent wire format, registering the schemas there (empty: Avro single-object encoding)")
 	f.DurationVar(&cfg.Progress, "progress", jsonl.DefaultProgress, "interval of progress lines on stderr (0: none)")
 	return cmd
 }

@@ -56,6 +56,11 @@ type Config struct {
 	// ConnectTimeout is how long to wait for a reachable broker.
 	// Default: DefaultConnectTimeout.
 	ConnectTimeout time.Duration
+	// SchemaRegistry is a schema registry URL: events are then written in
+	// the Confluent wire format, their schemas registered there
+	// (producers.WithSchemaRegistry). Default: "" (Avro single-object
+	// encoding, no registry).
+	SchemaRegistry string
 }
 
 // counts are a run's line counters, read by the progress reporter while the
@@ -69,8 +74,9 @@ type counts struct {
 // reported on stderr as "line N: <reason>", blank lines are skipped, and a
 // final line "produced P, rejected R" follows. It returns nil when every line
 // was produced, an error wrapping ErrRejected when some lines were rejected,
-// and any other error for a broker that cannot be reached, an unreadable
-// input, the end of ctx, or events the brokers did not acknowledge.
+// and any other error for a broker or schema registry that cannot be
+// reached, an unreadable input, the end of ctx, or events the brokers did not
+// acknowledge.
 func Produce(ctx context.Context, cfg Config, in io.Reader, stderr io.Writer) error {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
@@ -84,6 +90,10 @@ func Produce(ctx context.Context, cfg Config, in io.Reader, stderr io.Writer) er
 	log := obs.NewLogger("produce")
 	// OnError runs on the producer's goroutines: stderr is shared.
 	stderr = &lockedWriter{w: stderr}
+	opts := []producers.Option{producers.WithLogger(log)}
+	if cfg.SchemaRegistry != "" {
+		opts = append(opts, producers.WithSchemaRegistry(schemas.NewRegistry(cfg.SchemaRegistry, nil)))
+	}
 	var undelivered atomic.Int64
 	p, err := producers.New(producers.Config{
 		Brokers: cfg.Brokers, Project: cfg.Project, Source: cfg.Source,
@@ -93,14 +103,14 @@ func Produce(ctx context.Context, cfg Config, in io.Reader, stderr io.Writer) er
 				fmt.Fprintf(stderr, "event %s (%s): not delivered: %v\n", ev.Header().EventID, ev.Type(), err)
 			}
 		},
-	}, producers.WithLogger(log))
+	}, opts...)
 	if err != nil {
 		return err
 	}
 	var c counts
 	start := time.Now()
 	stopProgress := reportProgress(stderr, cfg.Progress, p, &c, start)
-	readErr := emitLines(ctx, p, in, stderr, &c)
+	linesErr := emitLines(ctx, p, in, stderr, &c)
 	cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	closeErr := p.Close(cctx)
@@ -109,8 +119,8 @@ func Produce(ctx context.Context, cfg Config, in io.Reader, stderr io.Writer) er
 	fmt.Fprintf(stderr, "produced %d, rejected %d\n", s.Delivered, c.rejected.Load())
 	logFinished(log, &c, s, start)
 	switch {
-	case readErr != nil:
-		return fmt.Errorf("read input: %w", readErr)
+	case linesErr != nil:
+		return linesErr
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	case closeErr != nil || s.Failed > 0:
@@ -123,8 +133,9 @@ func Produce(ctx context.Context, cfg Config, in io.Reader, stderr io.Writer) er
 
 // emitLines reads in line by line until its end or the end of ctx, parses
 // each non-blank line and emits it to p; a line that does not parse or that
-// Emit refuses is counted rejected and reported on stderr. It returns the
-// read error, if any other than EOF.
+// Emit refuses is counted rejected and reported on stderr. It returns a read
+// error other than EOF, or the first schema registry failure (which no
+// later line would escape): both end the reading.
 func emitLines(ctx context.Context, p *producers.Producer, in io.Reader, stderr io.Writer, c *counts) error {
 	lim := schemas.DefaultLimits()
 	r := bufio.NewReaderSize(in, 1<<20)
@@ -137,6 +148,9 @@ func emitLines(ctx context.Context, p *producers.Producer, in io.Reader, stderr 
 				ev, perr := schemas.ParseJSON(line, lim)
 				if perr == nil {
 					perr = p.Emit(ctx, ev)
+					if errors.Is(perr, producers.ErrSchemaRegistry) && ctx.Err() == nil {
+						return fmt.Errorf("line %d: %w", n, perr)
+					}
 					var ie *producers.InvalidEventError
 					if errors.As(perr, &ie) {
 						perr = ie.Err
@@ -150,7 +164,7 @@ func emitLines(ctx context.Context, p *producers.Producer, in io.Reader, stderr 
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
-				return err
+				return fmt.Errorf("read input: %w", err)
 			}
 			return nil
 		}

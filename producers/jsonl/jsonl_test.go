@@ -102,3 +102,55 @@ func TestProduceFillsEnvelope(t *testing.T) {
 		}
 	}
 }
+
+func TestProduceWithSchemaRegistry(t *testing.T) {
+	b := testenv.Kafka(t)
+	ctx := ctxT(t, 60*time.Second)
+	reg := producerstest.NewRegistry(t)
+	evs := producerstest.Mixed(14, "p")
+	cfg := jsonl.Config{Brokers: []string{b.Addr()}, SchemaRegistry: reg.URL}
+	var stderr bytes.Buffer
+	if err := jsonl.Produce(ctx, cfg, strings.NewReader(strings.Join(lines(t, evs), "\n")), &stderr); err != nil {
+		t.Fatalf("Produce: %v; stderr:\n%s", err, stderr.String())
+	}
+	got := stored(t, ctx, b.Addr(), &schemas.Decoder{Registry: schemas.NewRegistry(reg.URL, nil)})
+	if len(got) != len(evs) {
+		t.Fatalf("%d events on the broker, want %d", len(got), len(evs))
+	}
+	want := map[string]string{}
+	for _, l := range lines(t, evs) {
+		ev, err := schemas.ParseJSON([]byte(l), schemas.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[ev.Header().EventID] = l
+	}
+	for _, ev := range got {
+		if l := lines(t, []schemas.Event{ev})[0]; l != want[ev.Header().EventID] {
+			t.Fatalf("event %s: got %s, want %s", ev.Header().EventID, l, want[ev.Header().EventID])
+		}
+	}
+	if reg.Registrations() == 0 {
+		t.Fatal("nothing registered")
+	}
+	// Single-object readers do not read these bytes: the framing is Confluent.
+	msgs, err := producerstest.ReadTopic(ctx, b.Addr(), schemas.TopicAttempts)
+	if err != nil || len(msgs) == 0 {
+		t.Fatalf("read %s: %d messages, %v", schemas.TopicAttempts, len(msgs), err)
+	}
+	if msgs[0].Value[0] != schemas.ConfluentMagic {
+		t.Fatalf("value starts %#x, want the Confluent magic byte", msgs[0].Value[0])
+	}
+}
+
+func TestProduceSchemaRegistryDownIsNotARejectedLine(t *testing.T) {
+	b := testenv.Kafka(t)
+	ctx := ctxT(t, 60*time.Second)
+	in := strings.Join(lines(t, producerstest.Mixed(3, "p")), "\n")
+	cfg := jsonl.Config{Brokers: []string{b.Addr()}, SchemaRegistry: "http://127.0.0.1:1"}
+	var stderr bytes.Buffer
+	err := jsonl.Produce(ctx, cfg, strings.NewReader(in), &stderr)
+	if err == nil || errors.Is(err, jsonl.ErrRejected) || !strings.HasPrefix(err.Error(), "line 1: ") {
+		t.Fatalf("Produce with the registry down: %v, want a line 1 error that is not ErrRejected; stderr:\n%s", err, stderr.String())
+	}
+}
