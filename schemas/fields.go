@@ -154,162 +154,220 @@ func capArtifact(l Limits) int  { return l.ArtifactContent }
 func capTaskInput(l Limits) int { return l.TaskInput }
 func capPayload(l Limits) int   { return l.Payload }
 
-// infos is indexed by Type; infoList follows AllTypes.
+// infos is indexed by Type. init fills it from the per-type tables below
+// (each: the Avro record name, the identifying fields, the fields in schema
+// order), then loads the embedded schemas and checks the tables against
+// them (loadSchemas, avro.go).
 var infos = map[Type]*typeInfo{}
 
 func init() {
 	for _, ti := range []*typeInfo{
-		newInfo(TypeCampaignDeclared, "CampaignDeclared", []string{"campaign_id"},
-			fStr("campaign_id", func(e *CampaignDeclared) *string { return &e.CampaignID }, required),
-			fStrings("benchmarks", func(e *CampaignDeclared) *[]string { return &e.Benchmarks }),
-			fStrings("anchor_agents", func(e *CampaignDeclared) *[]string { return &e.AnchorAgents }),
-			fStrings("anchor_evolvers", func(e *CampaignDeclared) *[]string { return &e.AnchorEvolvers }),
-			fDouble("label_epsilon", func(e *CampaignDeclared) *float64 { return &e.LabelEpsilon }, ranged(rEpsilon), defaults(0.02)),
-			fDouble("label_alpha", func(e *CampaignDeclared) *float64 { return &e.LabelAlpha }, ranged(rAlpha), defaults(0.05)),
-		),
-		newInfo(TypeCellStarted, "CellStarted", []string{"cell_id"},
-			fStr("campaign_id", func(e *CellStarted) *string { return &e.CampaignID }, required),
-			fStr("cell_id", func(e *CellStarted) *string { return &e.CellID }, required),
-			fStr("benchmark", func(e *CellStarted) *string { return &e.Benchmark }, required),
-			fStr("agent_model", func(e *CellStarted) *string { return &e.AgentModel }, required),
-			fStr("evolver_model", func(e *CellStarted) *string { return &e.EvolverModel }, nullable()),
-			fInt("seed", func(e *CellStarted) *int32 { return &e.Seed }),
-			fStr("route", func(e *CellStarted) *string { return &e.Route }, oneOf(routes...)),
-			fStr("h0_version", func(e *CellStarted) *string { return &e.H0Version }),
-			fInt("batch_size", func(e *CellStarted) *int32 { return &e.BatchSize }, ranged(rNonNeg)),
-			fInt("max_attempts", func(e *CellStarted) *int32 { return &e.MaxAttempts }, ranged(rNonNeg)),
-			fInt("task_count", func(e *CellStarted) *int32 { return &e.TaskCount }, ranged(rNonNeg)),
-		),
-		newInfo(TypeTaskAttempt, "TaskAttempt", []string{"cell_id", "task_id", "attempt", "cycle"},
-			fStr("cell_id", func(e *TaskAttempt) *string { return &e.CellID }, required),
-			fStr("task_id", func(e *TaskAttempt) *string { return &e.TaskID }, required),
-			fInt("stream_idx", func(e *TaskAttempt) *int32 { return &e.StreamIdx }, ranged(rNonNeg)),
-			fInt("cycle", func(e *TaskAttempt) *int32 { return &e.Cycle }, ranged(rNonNeg)),
-			fInt("attempt", func(e *TaskAttempt) *int32 { return &e.Attempt }, required, ranged(rPos)),
-			fStr("harness_version", func(e *TaskAttempt) *string { return &e.HarnessVersion }),
-			fStr("status", func(e *TaskAttempt) *string { return &e.Status }, oneOf(attemptStatus...)),
-			fDouble("score", func(e *TaskAttempt) *float64 { return &e.Score }, required, ranged(rUnit)),
-			fBool("success", func(e *TaskAttempt) *bool { return &e.Success }, required),
-			fBool("final", func(e *TaskAttempt) *bool { return &e.Final }),
-			fInt("skills_available", func(e *TaskAttempt) *int32 { return &e.SkillsAvailable }, ranged(rNonNeg)),
-			fStrings("skills_loaded", func(e *TaskAttempt) *[]string { return &e.SkillsLoaded }),
-			fLong("input_tokens", func(e *TaskAttempt) *int64 { return &e.InputTokens }, ranged(rNonNeg)),
-			fLong("output_tokens", func(e *TaskAttempt) *int64 { return &e.OutputTokens }, ranged(rNonNeg)),
-			fLong("duration_ms", func(e *TaskAttempt) *int64 { return &e.DurationMs }, ranged(rNonNeg)),
-			fStr("task_input", func(e *TaskAttempt) *string { return &e.TaskInput }, nullable(), capped(capTaskInput)),
-		),
-		newInfo(TypeSkillEvent, "SkillEvent", []string{"cell_id", "task_id", "attempt", "turn", "tool", "skill_name"},
-			fStr("cell_id", func(e *SkillEvent) *string { return &e.CellID }, required),
-			fStr("task_id", func(e *SkillEvent) *string { return &e.TaskID }, required),
-			fInt("attempt", func(e *SkillEvent) *int32 { return &e.Attempt }, required, ranged(rPos)),
-			fInt("turn", func(e *SkillEvent) *int32 { return &e.Turn }, required, ranged(rNonNeg)),
-			fStr("tool", func(e *SkillEvent) *string { return &e.Tool }, oneOf(skillTools...)),
-			fStr("skill_name", func(e *SkillEvent) *string { return &e.SkillName }),
-			fStr("status", func(e *SkillEvent) *string { return &e.Status }, oneOf(skillStatus...)),
-		),
-		newInfo(TypeHarnessUpdate, "HarnessUpdate", []string{"cell_id", "update_id"},
-			fStr("cell_id", func(e *HarnessUpdate) *string { return &e.CellID }, required),
-			fStr("update_id", func(e *HarnessUpdate) *string { return &e.UpdateID }, required),
-			fInt("cycle", func(e *HarnessUpdate) *int32 { return &e.Cycle }, ranged(rNonNeg)),
-			fStr("from_version", func(e *HarnessUpdate) *string { return &e.FromVersion }, required),
-			fStr("to_version", func(e *HarnessUpdate) *string { return &e.ToVersion }, required),
-			fStr("evolver_model", func(e *HarnessUpdate) *string { return &e.EvolverModel }),
-			field{name: "artifacts", kind: kArtifacts, capOf: capArtifact,
-				arts: func(e Event) *[]Artifact { return &as[HarnessUpdate](e).Artifacts }},
-			fStrings("evidence_task_ids", func(e *HarnessUpdate) *[]string { return &e.EvidenceTaskIDs }),
-			fStr("evidence_summary", func(e *HarnessUpdate) *string { return &e.EvidenceSummary }, nullable()),
-			fBool("accepted", func(e *HarnessUpdate) *bool { return &e.Accepted }),
-			fBool("rolled_back", func(e *HarnessUpdate) *bool { return &e.RolledBack }),
-		),
-		newInfo(TypeAdherenceJudgment, "AdherenceJudgment", []string{"cell_id", "task_id", "attempt", "skill_name", "judge_model"},
-			fStr("cell_id", func(e *AdherenceJudgment) *string { return &e.CellID }, required),
-			fStr("task_id", func(e *AdherenceJudgment) *string { return &e.TaskID }, required),
-			fInt("attempt", func(e *AdherenceJudgment) *int32 { return &e.Attempt }, required, ranged(rPos)),
-			fStr("skill_name", func(e *AdherenceJudgment) *string { return &e.SkillName }, required),
-			fStr("judge_model", func(e *AdherenceJudgment) *string { return &e.JudgeModel }, required),
-			fInt("followed", func(e *AdherenceJudgment) *int32 { return &e.Followed }, ranged(rNonNeg)),
-			fInt("violated_commission", func(e *AdherenceJudgment) *int32 { return &e.ViolatedCommission }, ranged(rNonNeg)),
-			fInt("violated_omission", func(e *AdherenceJudgment) *int32 { return &e.ViolatedOmission }, ranged(rNonNeg)),
-			fInt("required_unobserved", func(e *AdherenceJudgment) *int32 { return &e.RequiredUnobserved }, ranged(rNonNeg)),
-			fInt("not_applicable", func(e *AdherenceJudgment) *int32 { return &e.NotApplicable }, ranged(rNonNeg)),
-			fInt("insufficient_evidence", func(e *AdherenceJudgment) *int32 { return &e.InsufficientEvidence }, ranged(rNonNeg)),
-			fNullDouble("harness_loaded", func(e *AdherenceJudgment) **float64 { return &e.HarnessLoaded }, ranged(rUnit)),
-			fNullDouble("first_action", func(e *AdherenceJudgment) **float64 { return &e.FirstAction }, ranged(rUnit)),
-			fNullDouble("midpoint", func(e *AdherenceJudgment) **float64 { return &e.Midpoint }, ranged(rUnit)),
-			fNullDouble("pre_final", func(e *AdherenceJudgment) **float64 { return &e.PreFinal }, ranged(rUnit)),
-			fNullDouble("final_validation", func(e *AdherenceJudgment) **float64 { return &e.FinalValidation }, ranged(rUnit)),
-		),
-		newInfo(TypeCellFinished, "CellFinished", []string{"cell_id"},
-			fStr("cell_id", func(e *CellFinished) *string { return &e.CellID }, required),
-			fStr("status", func(e *CellFinished) *string { return &e.Status }, oneOf(cellStatus...)),
-			fLong("attempts", func(e *CellFinished) *int64 { return &e.Attempts }, ranged(rNonNeg)),
-		),
-		newInfo(TypeLabeledSample, "LabeledSample", []string{"sample_id"},
-			fStr("sample_id", func(e *LabeledSample) *string { return &e.SampleID }, required),
-			fStr("update_id", func(e *LabeledSample) *string { return &e.UpdateID }, required),
-			fStr("cell_id", func(e *LabeledSample) *string { return &e.CellID }, required),
-			fStr("campaign_id", func(e *LabeledSample) *string { return &e.CampaignID }, required),
-			fStr("benchmark", func(e *LabeledSample) *string { return &e.Benchmark }),
-			fStr("agent_model", func(e *LabeledSample) *string { return &e.AgentModel }),
-			fStr("evolver_model", func(e *LabeledSample) *string { return &e.EvolverModel }),
-			fInt("cycle", func(e *LabeledSample) *int32 { return &e.Cycle }, ranged(rNonNeg)),
-			fStr("query", func(e *LabeledSample) *string { return &e.Query }, capped(capArtifact)),
-			fStr("update", func(e *LabeledSample) *string { return &e.Update }, capped(capArtifact)),
-			fStr("artifact_kind", func(e *LabeledSample) *string { return &e.ArtifactKind }, oneOf(artifactKinds...)),
-			fDouble("effect", func(e *LabeledSample) *float64 { return &e.Effect }, required, ranged(rSigned)),
-			fStr("label", func(e *LabeledSample) *string { return &e.Label }, oneOf(labels...)),
-			fInt("n_before", func(e *LabeledSample) *int32 { return &e.NBefore }, ranged(rNonNeg)),
-			fInt("n_after", func(e *LabeledSample) *int32 { return &e.NAfter }, ranged(rNonNeg)),
-			fDouble("ci_low", func(e *LabeledSample) *float64 { return &e.CILow }),
-			fDouble("ci_high", func(e *LabeledSample) *float64 { return &e.CIHigh }),
-			fDouble("p_value", func(e *LabeledSample) *float64 { return &e.PValue }, ranged(rUnit)),
-			fStr("reason", func(e *LabeledSample) *string { return &e.Reason }),
-			fStr("harness_version", func(e *LabeledSample) *string { return &e.HarnessVersion }),
-			fInt("harness_version_index", func(e *LabeledSample) *int32 { return &e.HarnessVersionIndex }, ranged(rNonNeg)),
-			fInt("seed", func(e *LabeledSample) *int32 { return &e.Seed }),
-			fStr("route", func(e *LabeledSample) *string { return &e.Route }, oneOf(routes...)),
-			fTime("produced_at", func(e *LabeledSample) *time.Time { return &e.ProducedAt }),
-		),
-		newInfo(TypeRoundMetrics, "RoundMetrics", []string{"cell_id", "cycle"},
-			fStr("cell_id", func(e *RoundMetrics) *string { return &e.CellID }, required),
-			fStr("campaign_id", func(e *RoundMetrics) *string { return &e.CampaignID }),
-			fStr("benchmark", func(e *RoundMetrics) *string { return &e.Benchmark }),
-			fStr("agent_model", func(e *RoundMetrics) *string { return &e.AgentModel }),
-			fStr("evolver_model", func(e *RoundMetrics) *string { return &e.EvolverModel }),
-			fInt("seed", func(e *RoundMetrics) *int32 { return &e.Seed }),
-			fInt("cycle", func(e *RoundMetrics) *int32 { return &e.Cycle }, required, ranged(rNonNeg)),
-			fInt("n_tasks", func(e *RoundMetrics) *int32 { return &e.NTasks }, ranged(rNonNeg)),
-			fDouble("pass_rate", func(e *RoundMetrics) *float64 { return &e.PassRate }, ranged(rPercent)),
-			fDouble("mean_score", func(e *RoundMetrics) *float64 { return &e.MeanScore }, ranged(rUnit)),
-			fNullDouble("lift_vs_baseline", func(e *RoundMetrics) **float64 { return &e.LiftVsBaseline }, ranged(rPP)),
-			fNullDouble("skill_load_rate", func(e *RoundMetrics) **float64 { return &e.SkillLoadRate }, ranged(rUnit)),
-			fNullDouble("loaded_pass_rate", func(e *RoundMetrics) **float64 { return &e.LoadedPassRate }, ranged(rPercent)),
-			fNullDouble("adherence_loaded", func(e *RoundMetrics) **float64 { return &e.AdherenceLoaded }, ranged(rUnit)),
-			fNullDouble("adherence_final", func(e *RoundMetrics) **float64 { return &e.AdherenceFinal }, ranged(rUnit)),
-		),
-		newInfo(TypeRejected, "Rejected", []string{"source_topic", "partition", "offset"},
-			fStr("stage", func(e *Rejected) *string { return &e.Stage }, oneOf(stages...)),
-			fStr("reason_code", func(e *Rejected) *string { return &e.ReasonCode }, required),
-			fStr("message", func(e *Rejected) *string { return &e.Message }),
-			fStr("source_topic", func(e *Rejected) *string { return &e.SourceTopic }),
-			fInt("partition", func(e *Rejected) *int32 { return &e.Partition }, ranged(rMinus1)),
-			fLong("offset", func(e *Rejected) *int64 { return &e.Offset }, ranged(rMinus1)),
-			field{name: "payload", kind: kBytes, capOf: capPayload,
-				byts: func(e Event) *[]byte { return &as[Rejected](e).Payload }},
-		),
-		newInfo(TypeCheckpointPublished, "CheckpointPublished", []string{"model_version", "step"},
-			fStr("model_version", func(e *CheckpointPublished) *string { return &e.ModelVersion }, required),
-			fLong("step", func(e *CheckpointPublished) *int64 { return &e.Step }, required, ranged(rNonNeg)),
-			fLong("samples_trained", func(e *CheckpointPublished) *int64 { return &e.SamplesTrained }, ranged(rNonNeg)),
-			field{name: "offsets", kind: kOffsets,
-				offs: func(e Event) *[]TopicOffset { return &as[CheckpointPublished](e).Offsets }},
-			field{name: "metrics", kind: kMetrics,
-				mets: func(e Event) *map[string]float64 { return &as[CheckpointPublished](e).Metrics }},
-		),
+		campaignDeclaredInfo(),
+		cellStartedInfo(),
+		taskAttemptInfo(),
+		skillEventInfo(),
+		harnessUpdateInfo(),
+		adherenceJudgmentInfo(),
+		cellFinishedInfo(),
+		labeledSampleInfo(),
+		roundMetricsInfo(),
+		rejectedInfo(),
+		checkpointPublishedInfo(),
 	} {
 		infos[ti.typ] = ti
 	}
 	loadSchemas()
+}
+
+// campaignDeclaredInfo returns the field table of campaign_declared.
+func campaignDeclaredInfo() *typeInfo {
+	return newInfo(TypeCampaignDeclared, "CampaignDeclared", []string{"campaign_id"},
+		fStr("campaign_id", func(e *CampaignDeclared) *string { return &e.CampaignID }, required),
+		fStrings("benchmarks", func(e *CampaignDeclared) *[]string { return &e.Benchmarks }),
+		fStrings("anchor_agents", func(e *CampaignDeclared) *[]string { return &e.AnchorAgents }),
+		fStrings("anchor_evolvers", func(e *CampaignDeclared) *[]string { return &e.AnchorEvolvers }),
+		fDouble("label_epsilon", func(e *CampaignDeclared) *float64 { return &e.LabelEpsilon }, ranged(rEpsilon), defaults(0.02)),
+		fDouble("label_alpha", func(e *CampaignDeclared) *float64 { return &e.LabelAlpha }, ranged(rAlpha), defaults(0.05)),
+	)
+}
+
+// cellStartedInfo returns the field table of cell_started.
+func cellStartedInfo() *typeInfo {
+	return newInfo(TypeCellStarted, "CellStarted", []string{"cell_id"},
+		fStr("campaign_id", func(e *CellStarted) *string { return &e.CampaignID }, required),
+		fStr("cell_id", func(e *CellStarted) *string { return &e.CellID }, required),
+		fStr("benchmark", func(e *CellStarted) *string { return &e.Benchmark }, required),
+		fStr("agent_model", func(e *CellStarted) *string { return &e.AgentModel }, required),
+		fStr("evolver_model", func(e *CellStarted) *string { return &e.EvolverModel }, nullable()),
+		fInt("seed", func(e *CellStarted) *int32 { return &e.Seed }),
+		fStr("route", func(e *CellStarted) *string { return &e.Route }, oneOf(routes...)),
+		fStr("h0_version", func(e *CellStarted) *string { return &e.H0Version }),
+		fInt("batch_size", func(e *CellStarted) *int32 { return &e.BatchSize }, ranged(rNonNeg)),
+		fInt("max_attempts", func(e *CellStarted) *int32 { return &e.MaxAttempts }, ranged(rNonNeg)),
+		fInt("task_count", func(e *CellStarted) *int32 { return &e.TaskCount }, ranged(rNonNeg)),
+	)
+}
+
+// taskAttemptInfo returns the field table of task_attempt.
+func taskAttemptInfo() *typeInfo {
+	return newInfo(TypeTaskAttempt, "TaskAttempt", []string{"cell_id", "task_id", "attempt", "cycle"},
+		fStr("cell_id", func(e *TaskAttempt) *string { return &e.CellID }, required),
+		fStr("task_id", func(e *TaskAttempt) *string { return &e.TaskID }, required),
+		fInt("stream_idx", func(e *TaskAttempt) *int32 { return &e.StreamIdx }, ranged(rNonNeg)),
+		fInt("cycle", func(e *TaskAttempt) *int32 { return &e.Cycle }, ranged(rNonNeg)),
+		fInt("attempt", func(e *TaskAttempt) *int32 { return &e.Attempt }, required, ranged(rPos)),
+		fStr("harness_version", func(e *TaskAttempt) *string { return &e.HarnessVersion }),
+		fStr("status", func(e *TaskAttempt) *string { return &e.Status }, oneOf(attemptStatus...)),
+		fDouble("score", func(e *TaskAttempt) *float64 { return &e.Score }, required, ranged(rUnit)),
+		fBool("success", func(e *TaskAttempt) *bool { return &e.Success }, required),
+		fBool("final", func(e *TaskAttempt) *bool { return &e.Final }),
+		fInt("skills_available", func(e *TaskAttempt) *int32 { return &e.SkillsAvailable }, ranged(rNonNeg)),
+		fStrings("skills_loaded", func(e *TaskAttempt) *[]string { return &e.SkillsLoaded }),
+		fLong("input_tokens", func(e *TaskAttempt) *int64 { return &e.InputTokens }, ranged(rNonNeg)),
+		fLong("output_tokens", func(e *TaskAttempt) *int64 { return &e.OutputTokens }, ranged(rNonNeg)),
+		fLong("duration_ms", func(e *TaskAttempt) *int64 { return &e.DurationMs }, ranged(rNonNeg)),
+		fStr("task_input", func(e *TaskAttempt) *string { return &e.TaskInput }, nullable(), capped(capTaskInput)),
+	)
+}
+
+// skillEventInfo returns the field table of skill_event.
+func skillEventInfo() *typeInfo {
+	return newInfo(TypeSkillEvent, "SkillEvent", []string{"cell_id", "task_id", "attempt", "turn", "tool", "skill_name"},
+		fStr("cell_id", func(e *SkillEvent) *string { return &e.CellID }, required),
+		fStr("task_id", func(e *SkillEvent) *string { return &e.TaskID }, required),
+		fInt("attempt", func(e *SkillEvent) *int32 { return &e.Attempt }, required, ranged(rPos)),
+		fInt("turn", func(e *SkillEvent) *int32 { return &e.Turn }, required, ranged(rNonNeg)),
+		fStr("tool", func(e *SkillEvent) *string { return &e.Tool }, oneOf(skillTools...)),
+		fStr("skill_name", func(e *SkillEvent) *string { return &e.SkillName }),
+		fStr("status", func(e *SkillEvent) *string { return &e.Status }, oneOf(skillStatus...)),
+	)
+}
+
+// harnessUpdateInfo returns the field table of harness_update.
+func harnessUpdateInfo() *typeInfo {
+	return newInfo(TypeHarnessUpdate, "HarnessUpdate", []string{"cell_id", "update_id"},
+		fStr("cell_id", func(e *HarnessUpdate) *string { return &e.CellID }, required),
+		fStr("update_id", func(e *HarnessUpdate) *string { return &e.UpdateID }, required),
+		fInt("cycle", func(e *HarnessUpdate) *int32 { return &e.Cycle }, ranged(rNonNeg)),
+		fStr("from_version", func(e *HarnessUpdate) *string { return &e.FromVersion }, required),
+		fStr("to_version", func(e *HarnessUpdate) *string { return &e.ToVersion }, required),
+		fStr("evolver_model", func(e *HarnessUpdate) *string { return &e.EvolverModel }),
+		field{name: "artifacts", kind: kArtifacts, capOf: capArtifact,
+			arts: func(e Event) *[]Artifact { return &as[HarnessUpdate](e).Artifacts }},
+		fStrings("evidence_task_ids", func(e *HarnessUpdate) *[]string { return &e.EvidenceTaskIDs }),
+		fStr("evidence_summary", func(e *HarnessUpdate) *string { return &e.EvidenceSummary }, nullable()),
+		fBool("accepted", func(e *HarnessUpdate) *bool { return &e.Accepted }),
+		fBool("rolled_back", func(e *HarnessUpdate) *bool { return &e.RolledBack }),
+	)
+}
+
+// adherenceJudgmentInfo returns the field table of adherence_judgment.
+func adherenceJudgmentInfo() *typeInfo {
+	return newInfo(TypeAdherenceJudgment, "AdherenceJudgment", []string{"cell_id", "task_id", "attempt", "skill_name", "judge_model"},
+		fStr("cell_id", func(e *AdherenceJudgment) *string { return &e.CellID }, required),
+		fStr("task_id", func(e *AdherenceJudgment) *string { return &e.TaskID }, required),
+		fInt("attempt", func(e *AdherenceJudgment) *int32 { return &e.Attempt }, required, ranged(rPos)),
+		fStr("skill_name", func(e *AdherenceJudgment) *string { return &e.SkillName }, required),
+		fStr("judge_model", func(e *AdherenceJudgment) *string { return &e.JudgeModel }, required),
+		fInt("followed", func(e *AdherenceJudgment) *int32 { return &e.Followed }, ranged(rNonNeg)),
+		fInt("violated_commission", func(e *AdherenceJudgment) *int32 { return &e.ViolatedCommission }, ranged(rNonNeg)),
+		fInt("violated_omission", func(e *AdherenceJudgment) *int32 { return &e.ViolatedOmission }, ranged(rNonNeg)),
+		fInt("required_unobserved", func(e *AdherenceJudgment) *int32 { return &e.RequiredUnobserved }, ranged(rNonNeg)),
+		fInt("not_applicable", func(e *AdherenceJudgment) *int32 { return &e.NotApplicable }, ranged(rNonNeg)),
+		fInt("insufficient_evidence", func(e *AdherenceJudgment) *int32 { return &e.InsufficientEvidence }, ranged(rNonNeg)),
+		fNullDouble("harness_loaded", func(e *AdherenceJudgment) **float64 { return &e.HarnessLoaded }, ranged(rUnit)),
+		fNullDouble("first_action", func(e *AdherenceJudgment) **float64 { return &e.FirstAction }, ranged(rUnit)),
+		fNullDouble("midpoint", func(e *AdherenceJudgment) **float64 { return &e.Midpoint }, ranged(rUnit)),
+		fNullDouble("pre_final", func(e *AdherenceJudgment) **float64 { return &e.PreFinal }, ranged(rUnit)),
+		fNullDouble("final_validation", func(e *AdherenceJudgment) **float64 { return &e.FinalValidation }, ranged(rUnit)),
+	)
+}
+
+// cellFinishedInfo returns the field table of cell_finished.
+func cellFinishedInfo() *typeInfo {
+	return newInfo(TypeCellFinished, "CellFinished", []string{"cell_id"},
+		fStr("cell_id", func(e *CellFinished) *string { return &e.CellID }, required),
+		fStr("status", func(e *CellFinished) *string { return &e.Status }, oneOf(cellStatus...)),
+		fLong("attempts", func(e *CellFinished) *int64 { return &e.Attempts }, ranged(rNonNeg)),
+	)
+}
+
+// labeledSampleInfo returns the field table of labeled_sample.
+func labeledSampleInfo() *typeInfo {
+	return newInfo(TypeLabeledSample, "LabeledSample", []string{"sample_id"},
+		fStr("sample_id", func(e *LabeledSample) *string { return &e.SampleID }, required),
+		fStr("update_id", func(e *LabeledSample) *string { return &e.UpdateID }, required),
+		fStr("cell_id", func(e *LabeledSample) *string { return &e.CellID }, required),
+		fStr("campaign_id", func(e *LabeledSample) *string { return &e.CampaignID }, required),
+		fStr("benchmark", func(e *LabeledSample) *string { return &e.Benchmark }),
+		fStr("agent_model", func(e *LabeledSample) *string { return &e.AgentModel }),
+		fStr("evolver_model", func(e *LabeledSample) *string { return &e.EvolverModel }),
+		fInt("cycle", func(e *LabeledSample) *int32 { return &e.Cycle }, ranged(rNonNeg)),
+		fStr("query", func(e *LabeledSample) *string { return &e.Query }, capped(capArtifact)),
+		fStr("update", func(e *LabeledSample) *string { return &e.Update }, capped(capArtifact)),
+		fStr("artifact_kind", func(e *LabeledSample) *string { return &e.ArtifactKind }, oneOf(artifactKinds...)),
+		fDouble("effect", func(e *LabeledSample) *float64 { return &e.Effect }, required, ranged(rSigned)),
+		fStr("label", func(e *LabeledSample) *string { return &e.Label }, oneOf(labels...)),
+		fInt("n_before", func(e *LabeledSample) *int32 { return &e.NBefore }, ranged(rNonNeg)),
+		fInt("n_after", func(e *LabeledSample) *int32 { return &e.NAfter }, ranged(rNonNeg)),
+		fDouble("ci_low", func(e *LabeledSample) *float64 { return &e.CILow }),
+		fDouble("ci_high", func(e *LabeledSample) *float64 { return &e.CIHigh }),
+		fDouble("p_value", func(e *LabeledSample) *float64 { return &e.PValue }, ranged(rUnit)),
+		fStr("reason", func(e *LabeledSample) *string { return &e.Reason }),
+		fStr("harness_version", func(e *LabeledSample) *string { return &e.HarnessVersion }),
+		fInt("harness_version_index", func(e *LabeledSample) *int32 { return &e.HarnessVersionIndex }, ranged(rNonNeg)),
+		fInt("seed", func(e *LabeledSample) *int32 { return &e.Seed }),
+		fStr("route", func(e *LabeledSample) *string { return &e.Route }, oneOf(routes...)),
+		fTime("produced_at", func(e *LabeledSample) *time.Time { return &e.ProducedAt }),
+	)
+}
+
+// roundMetricsInfo returns the field table of round_metrics.
+func roundMetricsInfo() *typeInfo {
+	return newInfo(TypeRoundMetrics, "RoundMetrics", []string{"cell_id", "cycle"},
+		fStr("cell_id", func(e *RoundMetrics) *string { return &e.CellID }, required),
+		fStr("campaign_id", func(e *RoundMetrics) *string { return &e.CampaignID }),
+		fStr("benchmark", func(e *RoundMetrics) *string { return &e.Benchmark }),
+		fStr("agent_model", func(e *RoundMetrics) *string { return &e.AgentModel }),
+		fStr("evolver_model", func(e *RoundMetrics) *string { return &e.EvolverModel }),
+		fInt("seed", func(e *RoundMetrics) *int32 { return &e.Seed }),
+		fInt("cycle", func(e *RoundMetrics) *int32 { return &e.Cycle }, required, ranged(rNonNeg)),
+		fInt("n_tasks", func(e *RoundMetrics) *int32 { return &e.NTasks }, ranged(rNonNeg)),
+		fDouble("pass_rate", func(e *RoundMetrics) *float64 { return &e.PassRate }, ranged(rPercent)),
+		fDouble("mean_score", func(e *RoundMetrics) *float64 { return &e.MeanScore }, ranged(rUnit)),
+		fNullDouble("lift_vs_baseline", func(e *RoundMetrics) **float64 { return &e.LiftVsBaseline }, ranged(rPP)),
+		fNullDouble("skill_load_rate", func(e *RoundMetrics) **float64 { return &e.SkillLoadRate }, ranged(rUnit)),
+		fNullDouble("loaded_pass_rate", func(e *RoundMetrics) **float64 { return &e.LoadedPassRate }, ranged(rPercent)),
+		fNullDouble("adherence_loaded", func(e *RoundMetrics) **float64 { return &e.AdherenceLoaded }, ranged(rUnit)),
+		fNullDouble("adherence_final", func(e *RoundMetrics) **float64 { return &e.AdherenceFinal }, ranged(rUnit)),
+	)
+}
+
+// rejectedInfo returns the field table of rejected.
+func rejectedInfo() *typeInfo {
+	return newInfo(TypeRejected, "Rejected", []string{"source_topic", "partition", "offset"},
+		fStr("stage", func(e *Rejected) *string { return &e.Stage }, oneOf(stages...)),
+		fStr("reason_code", func(e *Rejected) *string { return &e.ReasonCode }, required),
+		fStr("message", func(e *Rejected) *string { return &e.Message }),
+		fStr("source_topic", func(e *Rejected) *string { return &e.SourceTopic }),
+		fInt("partition", func(e *Rejected) *int32 { return &e.Partition }, ranged(rMinus1)),
+		fLong("offset", func(e *Rejected) *int64 { return &e.Offset }, ranged(rMinus1)),
+		field{name: "payload", kind: kBytes, capOf: capPayload,
+			byts: func(e Event) *[]byte { return &as[Rejected](e).Payload }},
+	)
+}
+
+// checkpointPublishedInfo returns the field table of checkpoint_published.
+func checkpointPublishedInfo() *typeInfo {
+	return newInfo(TypeCheckpointPublished, "CheckpointPublished", []string{"model_version", "step"},
+		fStr("model_version", func(e *CheckpointPublished) *string { return &e.ModelVersion }, required),
+		fLong("step", func(e *CheckpointPublished) *int64 { return &e.Step }, required, ranged(rNonNeg)),
+		fLong("samples_trained", func(e *CheckpointPublished) *int64 { return &e.SamplesTrained }, ranged(rNonNeg)),
+		field{name: "offsets", kind: kOffsets,
+			offs: func(e Event) *[]TopicOffset { return &as[CheckpointPublished](e).Offsets }},
+		field{name: "metrics", kind: kMetrics,
+			mets: func(e Event) *map[string]float64 { return &as[CheckpointPublished](e).Metrics }},
+	)
 }
 
 func infoOf(ev Event) *typeInfo { return infos[ev.Type()] }

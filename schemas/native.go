@@ -38,37 +38,14 @@ func decodeWithCodec(ti *typeInfo, codec *goavro.Codec, body []byte) (ev Event, 
 	return fromNative(ti, m)
 }
 
-// fromNative resolves a goavro record value to a typed event.
+// fromNative resolves a goavro record value to a typed event: the envelope,
+// then each field of ti in schema order. A field the writer lacks keeps its
+// zero value or, for a double with a default, takes the default. Every value
+// that cannot be read as its field's type is an error; several are joined.
 func fromNative(ti *typeInfo, m map[string]any) (Event, error) {
 	ev := New(ti.typ)
-	h := ev.Header()
-	var errs []error
-	bad := func(field string, v any, want string) {
-		errs = append(errs, fieldErr(ti.typ, field, CodeMalformed, "writer value %T cannot be read as %s", v, want))
-	}
-	getStr := func(field string, v any) string {
-		s, ok := nativeString(v)
-		if !ok {
-			bad(field, v, "string")
-		}
-		return s
-	}
-	if v, ok := m["event_id"]; ok {
-		h.EventID = getStr("event_id", v)
-	}
-	if v, ok := m["event_time"]; ok {
-		t, ok := nativeTime(v)
-		if !ok {
-			bad("event_time", v, "timestamp-millis")
-		}
-		h.EventTime = t
-	}
-	if v, ok := m["project"]; ok {
-		h.Project = getStr("project", v)
-	}
-	if v, ok := m["source"]; ok {
-		h.Source = getStr("source", v)
-	}
+	r := nativeReader{t: ti.typ}
+	r.envelope(ev.Header(), m)
 	for i := range ti.fields {
 		f := &ti.fields[i]
 		v, ok := m[f.name]
@@ -78,139 +55,212 @@ func fromNative(ti *typeInfo, m map[string]any) (Event, error) {
 			}
 			continue
 		}
-		switch f.kind {
-		case kString:
-			*f.str(ev) = getStr(f.name, v)
-		case kNullString:
-			if u := unwrapUnion(v); u != nil {
-				*f.str(ev) = getStr(f.name, u)
-			}
-		case kEnum:
-			s := getStr(f.name, v)
-			if symbolIndex(f.symbols, s) < 0 {
-				errs = append(errs, badEnum(ti.typ, f.name, s, f.symbols))
-			}
-			*f.str(ev) = s
-		case kInt:
-			n, ok := nativeInt(v)
-			if !ok || n < math.MinInt32 || n > math.MaxInt32 {
-				bad(f.name, v, "int")
-			}
-			*f.i32(ev) = int32(n)
-		case kLong:
-			n, ok := nativeInt(v)
-			if !ok {
-				bad(f.name, v, "long")
-			}
-			*f.i64(ev) = n
-		case kDouble:
-			x, ok := nativeFloat(v)
-			if !ok {
-				bad(f.name, v, "double")
-			}
-			*f.f64(ev) = x
-		case kNullDouble:
-			if u := unwrapUnion(v); u != nil {
-				x, ok := nativeFloat(u)
-				if !ok {
-					bad(f.name, u, "double")
-				}
-				*f.pf64(ev) = &x
-			}
-		case kBool:
-			b, ok := unwrapUnion(v).(bool)
-			if !ok {
-				bad(f.name, v, "boolean")
-			}
-			*f.bl(ev) = b
-		case kTime:
-			t, ok := nativeTime(v)
-			if !ok {
-				bad(f.name, v, "timestamp-millis")
-			}
-			*f.tm(ev) = t
-		case kStrings:
-			arr, ok := unwrapUnion(v).([]any)
-			if !ok && unwrapUnion(v) != nil {
-				bad(f.name, v, "array")
-			}
-			var ss []string
-			for j, x := range arr {
-				ss = append(ss, getStr(fmt.Sprintf("%s[%d]", f.name, j), x))
-			}
-			*f.strs(ev) = ss
-		case kArtifacts:
-			arr, _ := unwrapUnion(v).([]any)
-			var as []Artifact
-			for j, x := range arr {
-				am, ok := unwrapUnion(x).(map[string]any)
-				if !ok {
-					bad(fmt.Sprintf("%s[%d]", f.name, j), x, "Artifact")
-					continue
-				}
-				p := fmt.Sprintf("%s[%d].", f.name, j)
-				a := Artifact{
-					Kind: getStr(p+"kind", am["kind"]), Name: getStr(p+"name", am["name"]),
-					Op: getStr(p+"op", am["op"]), Content: getStr(p+"content", am["content"]),
-					ContentSHA256: getStr(p+"content_sha256", am["content_sha256"]),
-				}
-				if symbolIndex(artifactKinds, a.Kind) < 0 {
-					errs = append(errs, badEnum(ti.typ, p+"kind", a.Kind, artifactKinds))
-				}
-				if symbolIndex(artifactOps, a.Op) < 0 {
-					errs = append(errs, badEnum(ti.typ, p+"op", a.Op, artifactOps))
-				}
-				as = append(as, a)
-			}
-			*f.arts(ev) = as
-		case kOffsets:
-			arr, _ := unwrapUnion(v).([]any)
-			var os []TopicOffset
-			for j, x := range arr {
-				om, ok := unwrapUnion(x).(map[string]any)
-				if !ok {
-					bad(fmt.Sprintf("%s[%d]", f.name, j), x, "TopicOffset")
-					continue
-				}
-				p, _ := nativeInt(om["partition"])
-				o, _ := nativeInt(om["offset"])
-				os = append(os, TopicOffset{Topic: getStr(fmt.Sprintf("%s[%d].topic", f.name, j), om["topic"]), Partition: int32(p), Offset: o})
-			}
-			*f.offs(ev) = os
-		case kMetrics:
-			mm, _ := unwrapUnion(v).(map[string]any)
-			var out map[string]float64
-			for k, x := range mm {
-				fv, ok := nativeFloat(x)
-				if !ok {
-					bad(f.name+"."+k, x, "double")
-				}
-				if out == nil {
-					out = map[string]float64{}
-				}
-				out[k] = fv
-			}
-			*f.mets(ev) = out
-		case kBytes:
-			switch p := unwrapUnion(v).(type) {
-			case []byte:
-				if len(p) > 0 {
-					*f.byts(ev) = append([]byte(nil), p...)
-				}
-			case string:
-				if len(p) > 0 {
-					*f.byts(ev) = []byte(p)
-				}
-			case nil:
-			default:
-				bad(f.name, v, "bytes")
-			}
-		}
+		r.field(f, ev, v)
 	}
-	if len(errs) > 0 {
-		return nil, joinErrs(errs)
+	if len(r.errs) > 0 {
+		return nil, joinErrs(r.errs)
 	}
 	return ev, nil
+}
+
+// nativeReader reads goavro native values into the fields of one event of
+// type t, collecting an error for each value it cannot read.
+type nativeReader struct {
+	t    Type
+	errs []error
+}
+
+// bad records that the writer value v of field cannot be read as want.
+func (r *nativeReader) bad(field string, v any, want string) {
+	r.errs = append(r.errs, fieldErr(r.t, field, CodeMalformed, "writer value %T cannot be read as %s", v, want))
+}
+
+// str reads v as a string (null is ""); any other value is recorded as bad.
+func (r *nativeReader) str(field string, v any) string {
+	s, ok := nativeString(v)
+	if !ok {
+		r.bad(field, v, "string")
+	}
+	return s
+}
+
+// envelope reads the envelope fields present in m into h.
+func (r *nativeReader) envelope(h *Envelope, m map[string]any) {
+	if v, ok := m["event_id"]; ok {
+		h.EventID = r.str("event_id", v)
+	}
+	if v, ok := m["event_time"]; ok {
+		t, ok := nativeTime(v)
+		if !ok {
+			r.bad("event_time", v, "timestamp-millis")
+		}
+		h.EventTime = t
+	}
+	if v, ok := m["project"]; ok {
+		h.Project = r.str("project", v)
+	}
+	if v, ok := m["source"]; ok {
+		h.Source = r.str("source", v)
+	}
+}
+
+// field reads the writer value v of f into ev, promoting numbers as Avro
+// allows; arrays, maps and bytes are read by the helpers below.
+func (r *nativeReader) field(f *field, ev Event, v any) {
+	switch f.kind {
+	case kString:
+		*f.str(ev) = r.str(f.name, v)
+	case kNullString:
+		if u := unwrapUnion(v); u != nil {
+			*f.str(ev) = r.str(f.name, u)
+		}
+	case kEnum:
+		s := r.str(f.name, v)
+		if symbolIndex(f.symbols, s) < 0 {
+			r.errs = append(r.errs, badEnum(r.t, f.name, s, f.symbols))
+		}
+		*f.str(ev) = s
+	case kInt:
+		n, ok := nativeInt(v)
+		if !ok || n < math.MinInt32 || n > math.MaxInt32 {
+			r.bad(f.name, v, "int")
+		}
+		*f.i32(ev) = int32(n)
+	case kLong:
+		n, ok := nativeInt(v)
+		if !ok {
+			r.bad(f.name, v, "long")
+		}
+		*f.i64(ev) = n
+	case kDouble:
+		x, ok := nativeFloat(v)
+		if !ok {
+			r.bad(f.name, v, "double")
+		}
+		*f.f64(ev) = x
+	case kNullDouble:
+		if u := unwrapUnion(v); u != nil {
+			x, ok := nativeFloat(u)
+			if !ok {
+				r.bad(f.name, u, "double")
+			}
+			*f.pf64(ev) = &x
+		}
+	case kBool:
+		b, ok := unwrapUnion(v).(bool)
+		if !ok {
+			r.bad(f.name, v, "boolean")
+		}
+		*f.bl(ev) = b
+	case kTime:
+		t, ok := nativeTime(v)
+		if !ok {
+			r.bad(f.name, v, "timestamp-millis")
+		}
+		*f.tm(ev) = t
+	case kStrings:
+		*f.strs(ev) = r.strings(f.name, v)
+	case kArtifacts:
+		*f.arts(ev) = r.artifacts(f.name, v)
+	case kOffsets:
+		*f.offs(ev) = r.offsets(f.name, v)
+	case kMetrics:
+		*f.mets(ev) = r.metrics(f.name, v)
+	case kBytes:
+		r.bytes(f, ev, v)
+	}
+}
+
+// strings reads an array<string> (null is a nil slice).
+func (r *nativeReader) strings(name string, v any) []string {
+	arr, ok := unwrapUnion(v).([]any)
+	if !ok && unwrapUnion(v) != nil {
+		r.bad(name, v, "array")
+	}
+	var ss []string
+	for j, x := range arr {
+		ss = append(ss, r.str(fmt.Sprintf("%s[%d]", name, j), x))
+	}
+	return ss
+}
+
+// artifacts reads an array<Artifact>, checking each kind and op symbol.
+func (r *nativeReader) artifacts(name string, v any) []Artifact {
+	arr, _ := unwrapUnion(v).([]any)
+	var as []Artifact
+	for j, x := range arr {
+		am, ok := unwrapUnion(x).(map[string]any)
+		if !ok {
+			r.bad(fmt.Sprintf("%s[%d]", name, j), x, "Artifact")
+			continue
+		}
+		p := fmt.Sprintf("%s[%d].", name, j)
+		a := Artifact{
+			Kind: r.str(p+"kind", am["kind"]), Name: r.str(p+"name", am["name"]),
+			Op: r.str(p+"op", am["op"]), Content: r.str(p+"content", am["content"]),
+			ContentSHA256: r.str(p+"content_sha256", am["content_sha256"]),
+		}
+		if symbolIndex(artifactKinds, a.Kind) < 0 {
+			r.errs = append(r.errs, badEnum(r.t, p+"kind", a.Kind, artifactKinds))
+		}
+		if symbolIndex(artifactOps, a.Op) < 0 {
+			r.errs = append(r.errs, badEnum(r.t, p+"op", a.Op, artifactOps))
+		}
+		as = append(as, a)
+	}
+	return as
+}
+
+// offsets reads an array<TopicOffset>.
+func (r *nativeReader) offsets(name string, v any) []TopicOffset {
+	arr, _ := unwrapUnion(v).([]any)
+	var os []TopicOffset
+	for j, x := range arr {
+		om, ok := unwrapUnion(x).(map[string]any)
+		if !ok {
+			r.bad(fmt.Sprintf("%s[%d]", name, j), x, "TopicOffset")
+			continue
+		}
+		p, _ := nativeInt(om["partition"])
+		o, _ := nativeInt(om["offset"])
+		os = append(os, TopicOffset{Topic: r.str(fmt.Sprintf("%s[%d].topic", name, j), om["topic"]), Partition: int32(p), Offset: o})
+	}
+	return os
+}
+
+// metrics reads a map<double> (an empty or null map is nil).
+func (r *nativeReader) metrics(name string, v any) map[string]float64 {
+	mm, _ := unwrapUnion(v).(map[string]any)
+	var out map[string]float64
+	for k, x := range mm {
+		fv, ok := nativeFloat(x)
+		if !ok {
+			r.bad(name+"."+k, x, "double")
+		}
+		if out == nil {
+			out = map[string]float64{}
+		}
+		out[k] = fv
+	}
+	return out
+}
+
+// bytes reads a bytes value (or a string) into f; empty and null leave the
+// field nil.
+func (r *nativeReader) bytes(f *field, ev Event, v any) {
+	switch p := unwrapUnion(v).(type) {
+	case []byte:
+		if len(p) > 0 {
+			*f.byts(ev) = append([]byte(nil), p...)
+		}
+	case string:
+		if len(p) > 0 {
+			*f.byts(ev) = []byte(p)
+		}
+	case nil:
+	default:
+		r.bad(f.name, v, "bytes")
+	}
 }
 
 // unwrapUnion returns the value of a goavro union ({"branch": value}) or v.
