@@ -171,55 +171,25 @@ func (s *Stack) Run(ctx context.Context) error {
 	ep.DataDir = cfg.DataDir
 	ep.Database = cfg.Database
 
-	// Kafka.
-	brokers := cfg.Brokers
-	if len(brokers) == 0 {
-		listen := pickAddr(cfg.BrokerListen, prev.Brokers)
-		b, err := broker.Start(broker.Config{Listen: listen, DataDir: filepath.Join(cfg.DataDir, "kafka")})
-		if err != nil {
-			return err
-		}
-		defer func() {
-			s.log.Info().Msg("stopping the embedded broker")
-			b.Close()
-		}()
-		brokers = []string{b.Addr()}
+	brokers, stopBroker, err := s.startKafka(prev)
+	if err != nil {
+		return err
 	}
+	defer stopBroker()
 	ep.Brokers = strings.Join(brokers, ",")
 	if err := kafkax.EnsureAllTopics(ctx, brokers); err != nil {
 		return err
 	}
 
-	// ClickHouse.
-	chAddr := cfg.ClickHouse
-	if chAddr == "" {
-		chc := chserver.Config{DataDir: filepath.Join(cfg.DataDir, "clickhouse")}
-		if _, port, err := net.SplitHostPort(prev.ClickHouse); err == nil && portFree(prev.ClickHouse) {
-			fmt.Sscan(port, &chc.TCPPort)
-		}
-		srv, err := chserver.Start(ctx, chc)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			s.log.Info().Msg("stopping the managed ClickHouse")
-			if err := srv.Stop(); err != nil {
-				s.log.Warn().Err(err).Msg("ClickHouse stop")
-			}
-		}()
-		chAddr = srv.Addr()
-	}
-	ep.ClickHouse = chAddr
-	conn, err := chx.Open(ctx, chAddr, "default")
+	chAddr, stopClickHouse, err := s.startClickHouse(ctx, prev)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	res, err := chddl.Migrate(ctx, chx.Session(conn), cfg.Database)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+	defer stopClickHouse()
+	ep.ClickHouse = chAddr
+	if err := s.migrate(ctx, chAddr); err != nil {
+		return err
 	}
-	res.Log(s.log, cfg.Database)
 	dbConn, err := chx.Open(ctx, chAddr, cfg.Database)
 	if err != nil {
 		return err
@@ -291,27 +261,7 @@ func (s *Stack) Run(ctx context.Context) error {
 	g.Go(func() error { return named("trainer", tr.Run(gctx)) })
 	g.Go(func() error { return named("ingest", gw.Run(gctx)) })
 
-	waitErr := func() error {
-		select {
-		case addr := <-metricsReady:
-			ep.MetricsURL = "http://" + addr + "/metrics"
-		case <-gctx.Done():
-			return g.Wait()
-		}
-		select {
-		case <-tr.Ready():
-			ep.TrainerURL = "http://" + tr.Addr() + "/v1/score"
-		case <-gctx.Done():
-			return g.Wait()
-		}
-		select {
-		case <-gw.Ready():
-			ep.IngestURL = "http://" + gw.Addr() + "/v1/events"
-		case <-gctx.Done():
-			return g.Wait()
-		}
-		return nil
-	}()
+	waitErr := waitUp(gctx, g, &ep, metricsReady, tr, gw)
 	if waitErr != nil {
 		return waitErr
 	}
@@ -331,6 +281,86 @@ func (s *Stack) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// startKafka starts the embedded broker unless the configuration names
+// brokers, and returns the brokers and what stops the broker.
+func (s *Stack) startKafka(prev Endpoints) ([]string, func(), error) {
+	if len(s.cfg.Brokers) > 0 {
+		return s.cfg.Brokers, func() {}, nil
+	}
+	listen := pickAddr(s.cfg.BrokerListen, prev.Brokers)
+	b, err := broker.Start(broker.Config{Listen: listen, DataDir: filepath.Join(s.cfg.DataDir, "kafka")})
+	if err != nil {
+		return nil, nil, err
+	}
+	return []string{b.Addr()}, func() {
+		s.log.Info().Msg("stopping the embedded broker")
+		b.Close()
+	}, nil
+}
+
+// startClickHouse starts the managed ClickHouse server unless the
+// configuration names one (on the previous run's port when it is free), and
+// returns its native address and what stops it.
+func (s *Stack) startClickHouse(ctx context.Context, prev Endpoints) (string, func(), error) {
+	if s.cfg.ClickHouse != "" {
+		return s.cfg.ClickHouse, func() {}, nil
+	}
+	chc := chserver.Config{DataDir: filepath.Join(s.cfg.DataDir, "clickhouse")}
+	if _, port, err := net.SplitHostPort(prev.ClickHouse); err == nil && portFree(prev.ClickHouse) {
+		fmt.Sscan(port, &chc.TCPPort)
+	}
+	srv, err := chserver.Start(ctx, chc)
+	if err != nil {
+		return "", nil, err
+	}
+	return srv.Addr(), func() {
+		s.log.Info().Msg("stopping the managed ClickHouse")
+		if err := srv.Stop(); err != nil {
+			s.log.Warn().Err(err).Msg("ClickHouse stop")
+		}
+	}, nil
+}
+
+// migrate applies the schema's migrations to the stack's database.
+func (s *Stack) migrate(ctx context.Context, chAddr string) error {
+	conn, err := chx.Open(ctx, chAddr, "default")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	res, err := chddl.Migrate(ctx, chx.Session(conn), s.cfg.Database)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	res.Log(s.log, s.cfg.Database)
+	return nil
+}
+
+// waitUp waits until the metrics endpoint, the trainer and the ingest
+// gateway serve, filling in their URLs, or returns the group's error when a
+// component fails first.
+func waitUp(gctx context.Context, g *errgroup.Group, ep *Endpoints, metricsReady <-chan string, tr *trainer.Trainer, gw *ingest.Server) error {
+	select {
+	case addr := <-metricsReady:
+		ep.MetricsURL = "http://" + addr + "/metrics"
+	case <-gctx.Done():
+		return g.Wait()
+	}
+	select {
+	case <-tr.Ready():
+		ep.TrainerURL = "http://" + tr.Addr() + "/v1/score"
+	case <-gctx.Done():
+		return g.Wait()
+	}
+	select {
+	case <-gw.Ready():
+		ep.IngestURL = "http://" + gw.Addr() + "/v1/events"
+	case <-gctx.Done():
+		return g.Wait()
+	}
+	return nil
 }
 
 func (s *Stack) sub(component string) zerolog.Logger {
