@@ -123,6 +123,11 @@ func (s *Sink) Run(ctx context.Context) error {
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
 	for {
 		err := s.runOnce(ctx)
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped while connecting (a ClickHouse ping, a migration):
+			// nothing was read, so nothing is lost; a clean stop.
+			return nil
+		}
 		var ke *kafkaError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &ke) {
 			return err
