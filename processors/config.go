@@ -104,6 +104,14 @@ type Config struct {
 	Listen string
 }
 
+// DefaultConfig returns the Config that New uses for zero fields: the one
+// copy of every default, which the command's flags show.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Group == "" {
 		c.Group = "hf-processors"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -74,6 +75,14 @@ type Config struct {
 	SessionTimeout time.Duration
 }
 
+// DefaultConfig returns the Config that New uses for zero fields: the one
+// copy of every default, which the command's flags show.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	def := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {
@@ -86,7 +95,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.Database == "" {
-		c.Database = "harnessflow"
+		c.Database = chddl.DefaultDatabase
 	}
 	if c.Group == "" {
 		c.Group = "hf-trainer"

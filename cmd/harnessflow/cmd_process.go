@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -16,20 +15,21 @@ func init() { register(newProcessCmd) }
 
 // processorFlags binds the processor's tunables shared by process and replay.
 func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) {
+	d := processors.DefaultConfig()
 	fs.StringVar(brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated")
-	fs.StringVar(&cfg.Group, "group", "hf-processors", "consumer group of stage A (stage B uses <group>-pair)")
-	fs.IntVar(&cfg.PendingMax, "pending-max", 10000, "events per partition that may wait for their cell_started")
-	fs.DurationVar(&cfg.PendingTimeout, "pending-timeout", 2*time.Minute, "how long an event waits for its cell_started (log time, and wall time when idle)")
-	fs.DurationVar(&cfg.Grace, "grace", 10*time.Minute, "keep a finished cell's state this long before evicting it")
-	fs.IntVar(&cfg.DLQPayloadCap, "dlq-payload-cap", 64<<10, "bytes of a bad input copied into its dead letter")
-	fs.IntVar(&cfg.MinPairs, "min-pairs", 5, "minimum tasks per side for a non-neutral label")
-	fs.Float64Var(&cfg.Lambda, "lambda", 1, "stability penalty handed to the scorer")
-	fs.IntVar(&cfg.BatchSize, "batch-size", 2000, "input messages per partition between write-then-commit points")
-	fs.IntVar(&cfg.OutcomeBatch, "outcome-batch", 64, "admitted events of one pairing key packed into one hf.outcomes record per batch (1: one record per event, the format before batching; stage B reads both)")
+	fs.StringVar(&cfg.Group, "group", d.Group, "consumer group of stage A (stage B uses <group>-pair)")
+	fs.IntVar(&cfg.PendingMax, "pending-max", d.PendingMax, "events per partition that may wait for their cell_started")
+	fs.DurationVar(&cfg.PendingTimeout, "pending-timeout", d.PendingTimeout, "how long an event waits for its cell_started (log time, and wall time when idle)")
+	fs.DurationVar(&cfg.Grace, "grace", d.Grace, "keep a finished cell's state this long before evicting it")
+	fs.IntVar(&cfg.DLQPayloadCap, "dlq-payload-cap", d.DLQPayloadCap, "bytes of a bad input copied into its dead letter")
+	fs.IntVar(&cfg.MinPairs, "min-pairs", d.MinPairs, "minimum tasks per side for a non-neutral label")
+	fs.Float64Var(&cfg.Lambda, "lambda", d.Lambda, "stability penalty handed to the scorer")
+	fs.IntVar(&cfg.BatchSize, "batch-size", d.BatchSize, "input messages per partition between write-then-commit points")
+	fs.IntVar(&cfg.OutcomeBatch, "outcome-batch", d.OutcomeBatch, "admitted events of one pairing key packed into one hf.outcomes record per batch (1: one record per event, the format before batching; stage B reads both)")
 	fs.IntVar(&cfg.FetchMaxBytes, "fetch-max-bytes", 0, "cap of one fetch response per topic partition; with one fetch read ahead per stream it bounds the input buffers (0: the default, 256 KiB)")
-	fs.DurationVar(&cfg.FetchWait, "fetch-wait", 250*time.Millisecond, "how long a fetch of an empty partition waits at the broker: how soon a drained sibling is seen at its end again for --merge-idle, and the pace of idle partitions' timeouts")
-	fs.DurationVar(&cfg.FinishHold, "finish-hold", 5*time.Second, "hold each cell_finished this long (log clock, or wall clock when idle) so late updates and judgments of the cell are admitted before it (negative: off)")
-	fs.DurationVar(&cfg.MergeIdle, "merge-idle", processors.DefaultMergeIdle, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
+	fs.DurationVar(&cfg.FetchWait, "fetch-wait", d.FetchWait, "how long a fetch of an empty partition waits at the broker: how soon a drained sibling is seen at its end again for --merge-idle, and the pace of idle partitions' timeouts")
+	fs.DurationVar(&cfg.FinishHold, "finish-hold", d.FinishHold, "hold each cell_finished this long (log clock, or wall clock when idle) so late updates and judgments of the cell are admitted before it (negative: off)")
+	fs.DurationVar(&cfg.MergeIdle, "merge-idle", d.MergeIdle, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
 	fs.StringVar(&cfg.Listen, "listen", "", "serve /metrics and /healthz on this address (empty: none)")
 }
 

@@ -63,13 +63,14 @@ It applies the schema migrations at start, serves /metrics and /healthz on
 			return nil
 		},
 	}
+	d := chsink.DefaultConfig()
 	cmd.Flags().StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
 	cmd.Flags().StringVar(&addr, "clickhouse", "127.0.0.1:9000", "ClickHouse native-protocol host:port")
-	cmd.Flags().StringVar(&database, "database", "harnessflow", "ClickHouse database")
-	cmd.Flags().StringVar(&group, "group", "hf-sink", "Kafka consumer group")
+	cmd.Flags().StringVar(&database, "database", d.Database, "ClickHouse database")
+	cmd.Flags().StringVar(&group, "group", d.Group, "Kafka consumer group")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "host:port for /metrics and /healthz")
-	cmd.Flags().IntVar(&maxRows, "max-rows", 50000, "rows per insert at most (per table)")
-	cmd.Flags().IntVar(&maxBytes, "max-bytes", 16<<20, "message bytes per insert at most (per table)")
-	cmd.Flags().DurationVar(&maxAge, "max-age", time.Second, "flush a table's rows when the oldest is this old")
+	cmd.Flags().IntVar(&maxRows, "max-rows", d.MaxRows, "rows per insert at most (per table)")
+	cmd.Flags().IntVar(&maxBytes, "max-bytes", d.MaxBytes, "message bytes per insert at most (per table)")
+	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old")
 	return cmd
 }

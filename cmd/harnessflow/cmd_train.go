@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -70,29 +69,30 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 		},
 	}
 	f := cmd.Flags()
+	d := trainer.DefaultConfig()
 	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, comma-separated")
 	f.StringVar(&cfg.ClickHouse, "clickhouse", "127.0.0.1:9000", "ClickHouse native-protocol host:port (trainer_steps)")
-	f.StringVar(&cfg.Database, "database", "harnessflow", "ClickHouse database")
+	f.StringVar(&cfg.Database, "database", d.Database, "ClickHouse database")
 	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "directory for checkpoints (required)")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8090", "HTTP address for /v1/score, /healthz, /metrics (off disables)")
-	f.StringVar(&cfg.Device, "device", "auto", "compute backend: auto, cpu or cuda")
-	f.StringVar(&cfg.Group, "group", "hf-trainer", "Kafka consumer group")
-	f.IntVar(&cfg.BatchSize, "batch-size", 256, "samples per step")
+	f.StringVar(&cfg.Listen, "listen", d.Listen, "HTTP address for /v1/score, /healthz, /metrics (off disables)")
+	f.StringVar(&cfg.Device, "device", d.Device, "compute backend: auto, cpu or cuda")
+	f.StringVar(&cfg.Group, "group", d.Group, "Kafka consumer group")
+	f.IntVar(&cfg.BatchSize, "batch-size", d.BatchSize, "samples per step")
 	f.StringVar(&memLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (debug.SetMemoryLimit): auto (on the CPU backend the model's tensors + 128MiB, so that the GC's heap target does not double the tensors; none on a device or when GOMEMLIMIT is set), off, or a size such as 1GiB or 512MiB")
 	f.IntVar(&nice, "nice", 10, "CPU scheduling nice value, 0 to 19: the trainer runs behind the processors, the sink and ClickHouse when they share the CPUs (0 keeps the normal priority)")
-	f.DurationVar(&cfg.BatchAge, "batch-age", 2*time.Second, "train a partial batch once its oldest sample waited this long")
-	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 100, "checkpoint every N steps")
-	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 30*time.Second, "checkpoint at least this often while consuming")
-	f.IntVar(&cfg.CheckpointKeep, "checkpoint-keep", 3, "checkpoints kept on disk")
-	f.Float64Var(&cfg.Lambda, "lambda", 1.0, "reward = mean - lambda*std")
+	f.DurationVar(&cfg.BatchAge, "batch-age", d.BatchAge, "train a partial batch once its oldest sample waited this long")
+	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", d.CheckpointEvery, "checkpoint every N steps")
+	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", d.CheckpointInterval, "checkpoint at least this often while consuming")
+	f.IntVar(&cfg.CheckpointKeep, "checkpoint-keep", d.CheckpointKeep, "checkpoints kept on disk")
+	f.Float64Var(&cfg.Lambda, "lambda", d.Lambda, "reward = mean - lambda*std")
 	f.IntVar(&cfg.MaxStaleness, "max-staleness", 0, "drop samples staler than this many harness versions (0 = off)")
-	f.IntVar(&cfg.Ensemble, "ensemble", 1, "train K models with different seeds; /v1/score answers their mean and majority vote")
+	f.IntVar(&cfg.Ensemble, "ensemble", d.Ensemble, "train K models with different seeds; /v1/score answers their mean and majority vote")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of model 0 (model i uses seed+i)")
 	f.Float64Var(&lr, "lr", 0.003, "AdamW learning rate")
-	f.IntVar(&cfg.Model.Buckets, "buckets", 1<<18, "hashed n-gram buckets")
-	f.IntVar(&cfg.Model.Dim, "dim", 64, "embedding width")
-	f.IntVar(&cfg.Model.Hidden, "hidden", 64, "hidden layer width")
-	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", 0.1, "share of sample ids held out for evaluation (negative disables)")
+	f.IntVar(&cfg.Model.Buckets, "buckets", d.Model.Buckets, "hashed n-gram buckets")
+	f.IntVar(&cfg.Model.Dim, "dim", d.Model.Dim, "embedding width")
+	f.IntVar(&cfg.Model.Hidden, "hidden", d.Model.Hidden, "hidden layer width")
+	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", d.HeldoutFraction, "share of sample ids held out for evaluation (negative disables)")
 	return cmd
 }
 

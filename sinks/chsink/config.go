@@ -66,6 +66,14 @@ type Config struct {
 	SkipMigrate bool
 }
 
+// DefaultConfig returns the Config that New uses for zero fields: the one
+// copy of every default, which the command's flags show.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Database == "" {
 		c.Database = chddl.DefaultDatabase
