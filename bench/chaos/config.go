@@ -74,6 +74,15 @@ type Config struct {
 	Progress io.Writer
 }
 
+// DefaultConfig is the configuration Run fills in for the fields left zero,
+// except Seed, which stays 0 (Run takes it from the clock and prints it).
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	c.Seed = 0
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Seed == 0 {
 		c.Seed = time.Now().UnixNano() % 1_000_000_000

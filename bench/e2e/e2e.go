@@ -95,6 +95,15 @@ type Config struct {
 	Progress io.Writer
 }
 
+// DefaultConfig is the configuration Run fills in for the fields left zero:
+// what `harnessflow bench e2e` runs without flags (Bin, Dir and Client are
+// left empty: found at run time).
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Events == 0 {
 		c.Events = 2000000

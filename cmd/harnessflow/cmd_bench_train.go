@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/bench/stages"
+	"github.com/harnessflow/harnessflow/trainer"
 )
 
 func init() { registerBench(newBenchTrainCmd) }
@@ -33,10 +34,9 @@ Goal: samples/s above the processors' sample rate at the default batch size.`,
 	f.IntVar(&cfg.BatchSize, "batch-size", stages.DefaultTrainBatchSize, "samples per step")
 	f.IntVar(&cfg.Steps, "steps", stages.DefaultTrainSteps, "timed optimizer steps (after 2 warm-up steps)")
 	f.IntVar(&cfg.Requests, "requests", stages.DefaultTrainRequests, "/v1/score requests")
-	// The model's defaults (trainer.ModelConfig's setDefaults; the trainer
-	// exports no constants for them).
-	f.IntVar(&cfg.Model.Buckets, "buckets", 1<<18, "hashed n-gram buckets")
-	f.IntVar(&cfg.Model.Dim, "dim", 64, "embedding width")
-	f.IntVar(&cfg.Model.Hidden, "hidden", 64, "hidden layer width")
+	dm := trainer.DefaultConfig().Model
+	f.IntVar(&cfg.Model.Buckets, "buckets", dm.Buckets, "hashed n-gram buckets")
+	f.IntVar(&cfg.Model.Dim, "dim", dm.Dim, "embedding width")
+	f.IntVar(&cfg.Model.Hidden, "hidden", dm.Hidden, "hidden layer width")
 	return cmd
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -70,23 +69,24 @@ logs is kept and named), 2 on bad flags. Replay a failure with its --seed.`,
 		},
 	}
 	f := cmd.Flags()
+	d := chaos.DefaultConfig()
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the campaign, malformed events and fault plan (0: from the clock; printed)")
-	f.IntVar(&cfg.Events, "events", 200000, "approximate number of good events")
-	f.IntVar(&cfg.Evolvers, "evolvers", 3, "evolved cells per agent")
-	f.IntVar(&cfg.Rounds, "rounds", 10, "rounds per cell")
-	f.IntVar(&cfg.Tasks, "tasks", 100, "tasks per round")
-	f.Float64Var(&cfg.Rate, "rate", 1500, "events produced per second")
-	f.Float64Var(&cfg.MalformedFraction, "malformed-fraction", 0.01, "share of malformed events (negative: none)")
-	f.IntVar(&cfg.Kills, "kills", 5, "SIGKILLs of each child: processors, sink, trainer (negative: none)")
+	f.IntVar(&cfg.Events, "events", d.Events, "approximate number of good events")
+	f.IntVar(&cfg.Evolvers, "evolvers", d.Evolvers, "evolved cells per agent")
+	f.IntVar(&cfg.Rounds, "rounds", d.Rounds, "rounds per cell")
+	f.IntVar(&cfg.Tasks, "tasks", d.Tasks, "tasks per round")
+	f.Float64Var(&cfg.Rate, "rate", d.Rate, "events produced per second")
+	f.Float64Var(&cfg.MalformedFraction, "malformed-fraction", d.MalformedFraction, "share of malformed events (negative: none)")
+	f.IntVar(&cfg.Kills, "kills", d.Kills, "SIGKILLs of each child: processors, sink, trainer (negative: none)")
 	f.StringSliceVar(&cfg.Skip, "skip", nil, "fault kinds to leave out, comma-separated (kill_processors, kill_sink, kill_trainer, broker_restart, clickhouse_outage, kafka_produce_error, kafka_fetch_error, kafka_not_leader, kafka_request_timeout)")
-	f.DurationVar(&cfg.MaxDowntime, "max-downtime", 2*time.Second, "longest pause between a SIGKILL and the restart")
-	f.IntVar(&cfg.BrokerRestarts, "broker-restarts", 1, "restarts of the embedded broker (negative: none)")
-	f.IntVar(&cfg.ClickHouseOutages, "clickhouse-outages", 1, "ClickHouse stops (negative: none)")
-	f.DurationVar(&cfg.ClickHouseOutage, "clickhouse-outage", 15*time.Second, "how long ClickHouse stays stopped")
-	f.IntVar(&cfg.KafkaBursts, "kafka-bursts", 2, "bursts of each Kafka fault kind (negative: none)")
-	f.DurationVar(&cfg.KafkaBurst, "kafka-burst", 3*time.Second, "length of one burst of Kafka faults")
-	f.DurationVar(&cfg.KafkaDelay, "kafka-delay", 3*time.Second, "how long a timed-out fetch is held")
-	f.DurationVar(&cfg.SettleTimeout, "settle-timeout", 5*time.Minute, "how long the pipeline may take to catch up after the last event")
+	f.DurationVar(&cfg.MaxDowntime, "max-downtime", d.MaxDowntime, "longest pause between a SIGKILL and the restart")
+	f.IntVar(&cfg.BrokerRestarts, "broker-restarts", d.BrokerRestarts, "restarts of the embedded broker (negative: none)")
+	f.IntVar(&cfg.ClickHouseOutages, "clickhouse-outages", d.ClickHouseOutages, "ClickHouse stops (negative: none)")
+	f.DurationVar(&cfg.ClickHouseOutage, "clickhouse-outage", d.ClickHouseOutage, "how long ClickHouse stays stopped")
+	f.IntVar(&cfg.KafkaBursts, "kafka-bursts", d.KafkaBursts, "bursts of each Kafka fault kind (negative: none)")
+	f.DurationVar(&cfg.KafkaBurst, "kafka-burst", d.KafkaBurst, "length of one burst of Kafka faults")
+	f.DurationVar(&cfg.KafkaDelay, "kafka-delay", d.KafkaDelay, "how long a timed-out fetch is held")
+	f.DurationVar(&cfg.SettleTimeout, "settle-timeout", d.SettleTimeout, "how long the pipeline may take to catch up after the last event")
 	f.StringVar(&cfg.Dir, "dir", "", "run directory (default: a new temporary directory; kept on failure)")
 	f.BoolVar(&cfg.KeepDir, "keep-dir", false, "keep the run directory even when the campaign passes")
 	f.StringVar(&cfg.Bin, "bin", "", "harnessflow executable for the children (default: this one)")
