@@ -79,6 +79,10 @@ type Event interface {
 	PartitionKey() string
 }
 
+// DefaultProject is the project (tenant) of events whose producer names
+// none: the simulator's, the importer's and the token `up` generates.
+const DefaultProject = "default"
+
 // Envelope is shared by every event.
 type Envelope struct {
 	// EventID is unique per event. Producers may leave it empty; DeriveEventID

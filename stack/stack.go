@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/harnessflow/harnessflow/internal/broker"
+	"github.com/harnessflow/harnessflow/schemas"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/rs/zerolog"
@@ -68,30 +69,38 @@ type Config struct {
 	Project string
 }
 
+// DefaultConfig is the configuration Run fills in for the fields left zero:
+// what `harnessflow up` runs without flags.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.DataDir == "" {
 		c.DataDir = ".harnessflow"
 	}
 	if c.Database == "" {
-		c.Database = "harnessflow"
+		c.Database = chddl.DefaultDatabase
 	}
 	if c.BrokerListen == "" {
-		c.BrokerListen = "127.0.0.1:9092"
+		c.BrokerListen = kafkax.DefaultBrokers
 	}
 	if c.IngestListen == "" {
 		c.IngestListen = "127.0.0.1:8080"
 	}
 	if c.TrainerListen == "" {
-		c.TrainerListen = "127.0.0.1:8090"
+		c.TrainerListen = trainer.DefaultConfig().Listen
 	}
 	if c.MetricsListen == "" {
-		c.MetricsListen = "127.0.0.1:9464"
+		c.MetricsListen = obs.DefaultListen
 	}
 	if c.Device == "" {
-		c.Device = "auto"
+		c.Device = trainer.DefaultConfig().Device
 	}
 	if c.Project == "" {
-		c.Project = "default"
+		c.Project = schemas.DefaultProject
 	}
 }
 

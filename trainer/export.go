@@ -42,6 +42,15 @@ type ExportConfig struct {
 	ShardRows int
 }
 
+// DefaultExportConfig is the export configuration filled in for the fields
+// left zero (Format and Out are required; `export-dataset` offers
+// FormatPreference).
+func DefaultExportConfig() ExportConfig {
+	var c ExportConfig
+	c.setDefaults()
+	return c
+}
+
 func (c *ExportConfig) setDefaults() {
 	if c.Topic == "" {
 		c.Topic = schemas.TopicSamples

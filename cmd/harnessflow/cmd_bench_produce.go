@@ -47,7 +47,7 @@ Goals: SDK >= 0.8 x raw and >= 100k task_attempt events/s.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers (ignored with --embedded)")
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers (ignored with --embedded)")
 	f.BoolVar(&cfg.Embedded, "embedded", false, "start an in-memory embedded broker on a free port for the run")
 	f.IntVar(&cfg.Events, "events", stages.DefaultProduceEvents, "events written by each of the two runs")
 	f.IntVar(&cfg.Batch, "batch-size", stages.DefaultProduceBatch, "events per produce call (raw) and SDK BatchSize")

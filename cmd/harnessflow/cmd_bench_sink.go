@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/bench/stages"
+	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
 )
@@ -54,8 +55,8 @@ clickhouse-server and needs neither address.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers (ignored with --embedded)")
-	f.StringVar(&cfg.ClickHouse, "clickhouse", "127.0.0.1:9000", "ClickHouse native host:port (ignored with --embedded)")
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers (ignored with --embedded)")
+	f.StringVar(&cfg.ClickHouse, "clickhouse", chx.DefaultAddr, "ClickHouse native host:port (ignored with --embedded)")
 	f.BoolVar(&cfg.Embedded, "embedded", false, "start an embedded broker and a managed clickhouse-server")
 	f.StringVar(&cfg.Database, "database", stages.DefaultSinkDatabase, "scratch database (dropped and re-created)")
 	f.StringVar(&cfg.Client, "client", "", "clickhouse-client binary for the ceiling (default: clickhouse-client, or clickhouse client, on PATH)")

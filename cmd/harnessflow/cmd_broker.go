@@ -41,7 +41,7 @@ survive a restart. Every harnessflow topic is created at start.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9092", "host:port to serve the Kafka protocol on")
+	cmd.Flags().StringVar(&listen, "listen", kafkax.DefaultBrokers, "host:port to serve the Kafka protocol on")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory that persists topics, offsets and groups (empty: memory only)")
 	cmd.Flags().BoolVar(&syncWrites, "sync-writes", false, "fsync every produced batch")
 	return cmd

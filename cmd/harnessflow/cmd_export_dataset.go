@@ -45,9 +45,9 @@ manifest.json (counts, source offsets, sha256 per shard) to --out:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, comma-separated")
-	f.StringVar(&cfg.Format, "format", "trl-preference", "trl-preference, trl-kto or jsonl")
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, comma-separated")
+	f.StringVar(&cfg.Format, "format", trainer.FormatPreference, "trl-preference, trl-kto or jsonl")
 	f.StringVar(&cfg.Out, "out", "", "output directory (required)")
-	f.IntVar(&cfg.ShardRows, "shard-rows", 10000, "rows per shard")
+	f.IntVar(&cfg.ShardRows, "shard-rows", trainer.DefaultExportConfig().ShardRows, "rows per shard")
 	return cmd
 }

@@ -80,13 +80,14 @@ goes to stderr.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
+	d := aevolve.DefaultConfig()
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
 	f.StringVar(&cfg.Campaign, "campaign", "", "campaign id (default: the base name of DIR)")
-	f.StringVar(&cfg.Project, "project", "default", "project (tenant) of the events")
-	f.StringSliceVar(&cfg.AnchorAgents, "anchor-agents", aevolve.DefaultAnchors, "anchor agents declared with the campaign")
-	f.StringSliceVar(&cfg.AnchorEvolvers, "anchor-evolvers", aevolve.DefaultAnchors, "anchor evolvers declared with the campaign")
-	f.StringVar(&cfg.Git, "git", "git", "git executable used to read workspace tags")
-	f.DurationVar(&connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for a reachable broker")
+	f.StringVar(&cfg.Project, "project", d.Project, "project (tenant) of the events")
+	f.StringSliceVar(&cfg.AnchorAgents, "anchor-agents", d.AnchorAgents, "anchor agents declared with the campaign")
+	f.StringSliceVar(&cfg.AnchorEvolvers, "anchor-evolvers", d.AnchorEvolvers, "anchor evolvers declared with the campaign")
+	f.StringVar(&cfg.Git, "git", d.Git, "git executable used to read workspace tags")
+	f.DurationVar(&connectTimeout, "connect-timeout", kafkax.DefaultConnectTimeout, "how long to wait for a reachable broker")
 	return cmd
 }
 

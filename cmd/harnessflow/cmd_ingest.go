@@ -41,7 +41,7 @@ mismatch; 413 above --max-body. Also serves /healthz and /metrics.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP host:port to listen on")
 	f.StringVar(&cfg.TokensFile, "tokens", "", "file of \"TOKEN PROJECT\" lines (required)")
 	f.Int64Var(&cfg.MaxBody, "max-body", 8<<20, "largest request body in bytes")

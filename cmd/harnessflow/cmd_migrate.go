@@ -83,7 +83,7 @@ binary) or the statements were printed, 2 on connection or DDL errors or a bad
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&addr, "clickhouse", "127.0.0.1:9000", "ClickHouse native-protocol host:port")
+	cmd.Flags().StringVar(&addr, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol host:port")
 	cmd.Flags().StringVar(&database, "database", chddl.DefaultDatabase, "database to create or update")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "bound on connecting and migrating")
 	cmd.Flags().BoolVar(&print, "print", false, "print the statements instead of applying them (no connection)")

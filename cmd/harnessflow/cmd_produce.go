@@ -53,7 +53,7 @@ brokers did not acknowledge.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
 	f.StringVar(&cfg.Project, "project", "", "project to set on events that have none")
 	f.StringVar(&cfg.Source, "source", jsonl.DefaultSource, "source to set on events that have none")
 	f.DurationVar(&cfg.ConnectTimeout, "connect-timeout", jsonl.DefaultConnectTimeout, "how long to wait for a reachable broker")

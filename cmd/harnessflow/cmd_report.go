@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/sinks/report"
 )
@@ -65,8 +66,8 @@ Without --campaign, the most recently declared campaign is reported.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&addr, "clickhouse", "127.0.0.1:9000", "ClickHouse native-protocol address host:port")
-	f.StringVar(&database, "database", "harnessflow", "ClickHouse database holding the views")
+	f.StringVar(&addr, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol address host:port")
+	f.StringVar(&database, "database", chddl.DefaultDatabase, "ClickHouse database holding the views")
 	f.StringVar(&campaign, "campaign", "", "campaign id (default: the most recently declared)")
 	f.StringVar(&htmlPath, "html", "", "also write the report as one self-contained HTML file")
 	return cmd

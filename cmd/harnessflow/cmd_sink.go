@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
@@ -64,11 +65,11 @@ It applies the schema migrations at start, serves /metrics and /healthz on
 		},
 	}
 	d := chsink.DefaultConfig()
-	cmd.Flags().StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
-	cmd.Flags().StringVar(&addr, "clickhouse", "127.0.0.1:9000", "ClickHouse native-protocol host:port")
+	cmd.Flags().StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
+	cmd.Flags().StringVar(&addr, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol host:port")
 	cmd.Flags().StringVar(&database, "database", d.Database, "ClickHouse database")
 	cmd.Flags().StringVar(&group, "group", d.Group, "Kafka consumer group")
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "host:port for /metrics and /healthz")
+	cmd.Flags().StringVar(&listen, "listen", obs.DefaultListen, "host:port for /metrics and /healthz")
 	cmd.Flags().IntVar(&maxRows, "max-rows", d.MaxRows, "rows per insert at most (per table)")
 	cmd.Flags().IntVar(&maxBytes, "max-bytes", d.MaxBytes, "message bytes per insert at most (per table)")
 	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old")

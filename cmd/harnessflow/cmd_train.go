@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/internal/proc"
@@ -70,8 +71,8 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 	}
 	f := cmd.Flags()
 	d := trainer.DefaultConfig()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, comma-separated")
-	f.StringVar(&cfg.ClickHouse, "clickhouse", "127.0.0.1:9000", "ClickHouse native-protocol host:port (trainer_steps)")
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, comma-separated")
+	f.StringVar(&cfg.ClickHouse, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol host:port (trainer_steps)")
 	f.StringVar(&cfg.Database, "database", d.Database, "ClickHouse database")
 	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "directory for checkpoints (required)")
 	f.StringVar(&cfg.Listen, "listen", d.Listen, "HTTP address for /v1/score, /healthz, /metrics (off disables)")

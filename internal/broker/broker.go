@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -46,7 +47,7 @@ type Broker struct {
 // stored there is loaded back.
 func Start(cfg Config) (*Broker, error) {
 	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:9092"
+		cfg.Listen = kafkax.DefaultBrokers
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {

@@ -19,6 +19,10 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
+// DefaultAddr is the ClickHouse native-protocol address every command dials
+// unless told otherwise.
+const DefaultAddr = "127.0.0.1:9000"
+
 // ErrNoAddr is returned when no ClickHouse address is given.
 var ErrNoAddr = errors.New("no ClickHouse address given: pass --clickhouse host:port (native protocol, usually 9000) or set HF_CLICKHOUSE")
 

@@ -212,6 +212,14 @@ func ReaderConfig(brokers []string, group string, topics ...string) kafka.Reader
 	return rc
 }
 
+// DefaultBrokers is the broker address every command dials unless told
+// otherwise, and where `harnessflow broker` and `up` serve the embedded one.
+const DefaultBrokers = "127.0.0.1:9092"
+
+// DefaultConnectTimeout is how long a command waits for a reachable broker
+// (WaitReachable) unless told otherwise.
+const DefaultConnectTimeout = 10 * time.Second
+
 // WaitReachable dials the first reachable broker, retrying until ctx ends or
 // timeout passes, and returns a clear error naming the addresses otherwise.
 func WaitReachable(ctx context.Context, brokers []string, timeout time.Duration) error {

@@ -17,6 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// DefaultListen is the /metrics, /healthz and /readyz address of `up` and
+// of the sink unless told otherwise (9464: Prometheus's default-port
+// allocation for exporters).
+const DefaultListen = "127.0.0.1:9464"
+
 // NewRegistry returns a Prometheus registry with the Go and process
 // collectors. Besides Go's defaults it exports go_gc_heap_live_bytes (the
 // heap marked live by the last GC: a service's state without the garbage

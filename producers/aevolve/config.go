@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // Config configures an import. Zero fields take the defaults.
@@ -23,6 +25,14 @@ type Config struct {
 	Git string
 }
 
+// DefaultConfig is the configuration the importer fills in for the fields
+// left zero (Dir and Campaign aside: they come from the run directory).
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Campaign == "" && c.Dir != "" {
 		abs, err := filepath.Abs(c.Dir)
@@ -31,7 +41,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.Project == "" {
-		c.Project = "default"
+		c.Project = schemas.DefaultProject
 	}
 	if c.AnchorAgents == nil {
 		c.AnchorAgents = slices.Clone(DefaultAnchors)

@@ -26,7 +26,7 @@ import (
 const (
 	DefaultSource         = "produce"
 	DefaultProgress       = time.Second
-	DefaultConnectTimeout = 10 * time.Second
+	DefaultConnectTimeout = kafkax.DefaultConnectTimeout
 )
 
 // closeTimeout bounds the final delivery of what is still buffered.

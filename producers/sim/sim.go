@@ -62,12 +62,20 @@ type Config struct {
 	LabelEpsilon, LabelAlpha float64
 }
 
+// DefaultConfig is the configuration filled in for the fields left zero:
+// the campaign `harnessflow simulate` sends without flags.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Campaign == "" {
 		c.Campaign = "demo"
 	}
 	if c.Project == "" {
-		c.Project = "default"
+		c.Project = schemas.DefaultProject
 	}
 	if c.Scale == 0 {
 		c.Scale = 20
