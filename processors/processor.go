@@ -74,6 +74,11 @@ func New(cfg Config, opts ...Option) (*Processor, error) {
 // WithRegisterer was given).
 func (p *Processor) Registry() *prometheus.Registry { return p.reg }
 
+// Ready is closed once the processor has read hf.campaigns up to the end
+// offsets seen at start: both stages run and every declared campaign is
+// known (/readyz answers 200 from then on).
+func (p *Processor) Ready() <-chan struct{} { return p.camps.ready }
+
 // Run processes until ctx ends, then drains (the in-flight batches are
 // written and committed within Config.DrainTimeout) and returns nil; or
 // until a fatal error (outputs that cannot be written), which it returns.
@@ -109,7 +114,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(runCtx)
 	if cfg.Listen != "" && p.reg != nil {
 		g.Go(func() error {
-			err := obs.Serve(gctx, cfg.Listen, obs.Mux(p.reg, nil), nil)
+			err := obs.Serve(gctx, cfg.Listen, obs.Mux(p.reg, nil, obs.WithReady(p.Ready())), nil)
 			if err != nil && gctx.Err() == nil {
 				return fmt.Errorf("serve %s: %w", cfg.Listen, err)
 			}

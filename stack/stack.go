@@ -264,7 +264,7 @@ func (s *Stack) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(cctx)
 	metricsReady := make(chan string, 1)
 	handed = true
-	g.Go(func() error { return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil), metricsReady) })
+	g.Go(func() error { return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil, obs.WithReady(s.ready)), metricsReady) })
 	g.Go(func() error { return named("processors", proc.Run(gctx)) })
 	g.Go(func() error { return named("sink", sink.Run(gctx)) })
 	g.Go(func() error { return named("trainer", tr.Run(gctx)) })

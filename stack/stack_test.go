@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,6 +120,19 @@ func TestUpDemoMatchesGroundTruth(t *testing.T) {
 	for _, k := range []string{"brokers", "clickhouse", "ingest_url", "ingest_token", "trainer_url", "metrics_url"} {
 		if ep[k] == "" {
 			t.Errorf("endpoints.json lacks %s: %s", k, b)
+		}
+	}
+	// Up is ready (Ready was closed before RunDemo sent anything): its
+	// /readyz and the trainer's say so.
+	for _, u := range []string{strings.TrimSuffix(ep["metrics_url"], "/metrics") + "/readyz", strings.TrimSuffix(ep["trainer_url"], "/v1/score") + "/readyz"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "ready\n" {
+			t.Errorf("GET %s = %d %q, want 200 ready", u, resp.StatusCode, body)
 		}
 	}
 }

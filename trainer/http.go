@@ -51,14 +51,16 @@ func (t *Trainer) serveHTTP(ctx context.Context) error {
 	return nil
 }
 
-// Handler returns the trainer's HTTP handler: /v1/score, /healthz, /metrics.
+// Handler returns the trainer's HTTP handler: /v1/score, /metrics, /healthz
+// (503 while the checkpoint is restored) and /readyz (503 until Ready, then
+// as /healthz).
 func (t *Trainer) Handler() http.Handler {
 	mux := obs.Mux(t.served, func() error {
 		if !t.restoreDone.Load() {
 			return errors.New("restoring checkpoint")
 		}
 		return nil
-	})
+	}, obs.WithReady(t.Ready()))
 	mux.HandleFunc("/v1/score", t.handleScore)
 	return mux
 }

@@ -118,8 +118,8 @@ func tailLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// waitHealthy polls the /healthz of p's --listen address until it answers
-// 200, for at most a minute.
+// waitHealthy polls the /readyz of p's --listen address until it answers
+// 200 (started and healthy), for at most a minute.
 func waitHealthy(t *testing.T, ctx context.Context, p *Proc) {
 	t.Helper()
 	var addr string
@@ -134,7 +134,7 @@ func waitHealthy(t *testing.T, ctx context.Context, p *Proc) {
 	deadline := time.Now().Add(time.Minute)
 	last := ""
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -146,7 +146,7 @@ func waitHealthy(t *testing.T, ctx context.Context, p *Proc) {
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: /healthz not ok after a minute (last: %s; log %s)", p.Name, last, p.LogPath)
+			t.Fatalf("%s: /readyz not ok after a minute (last: %s; log %s)", p.Name, last, p.LogPath)
 		}
 		time.Sleep(100 * time.Millisecond) // poll period
 	}

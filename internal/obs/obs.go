@@ -34,20 +34,64 @@ func NewRegistry() *prometheus.Registry {
 	return r
 }
 
-// Mux returns a ServeMux with /metrics (from reg) and /healthz (200 "ok" while
-// health returns nil, 503 with the error otherwise; a nil health is always ok),
-// and Go's /debug/pprof/ profiles when the environment has HF_PPROF=1.
-func Mux(reg *prometheus.Registry, health func() error) *http.ServeMux {
+// MuxOption configures Mux.
+type MuxOption func(*muxOptions)
+
+type muxOptions struct {
+	ready <-chan struct{}
+}
+
+// WithReady makes /readyz answer 503 "starting" until ready is closed: the
+// one readiness idiom of harnessflow's services, whose Ready method returns
+// a channel closed once they serve (connected, caught up with their
+// checkpoint, listening).
+func WithReady(ready <-chan struct{}) MuxOption {
+	return func(o *muxOptions) { o.ready = ready }
+}
+
+// Mux returns a ServeMux with /metrics (what g gathers), /healthz (200 "ok"
+// while health returns nil, 503 with the error otherwise; a nil health is
+// always ok) and /readyz (503 until the WithReady channel is closed, then
+// as /healthz; without WithReady, as /healthz), and Go's /debug/pprof/
+// profiles when the environment has HF_PPROF=1.
+func Mux(g prometheus.Gatherer, health func() error, opts ...MuxOption) *http.ServeMux {
+	var o muxOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ho := promhttp.HandlerOpts{}
+	if r, ok := g.(prometheus.Registerer); ok {
+		// promhttp's own error counter goes where the service's metrics are.
+		ho.Registry = r
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("/metrics", promhttp.HandlerFor(g, ho))
+	check := func(w http.ResponseWriter) bool {
 		if health != nil {
 			if err := health(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return false
+			}
+		}
+		return true
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if check(w) {
+			_, _ = w.Write([]byte("ok\n"))
+		}
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if o.ready != nil {
+			select {
+			case <-o.ready:
+			default:
+				http.Error(w, "starting", http.StatusServiceUnavailable)
 				return
 			}
 		}
-		_, _ = w.Write([]byte("ok\n"))
+		if check(w) {
+			_, _ = w.Write([]byte("ready\n"))
+		}
 	})
 	if os.Getenv("HF_PPROF") == "1" {
 		// Go's profiles (heap, CPU, goroutines) for an operator chasing

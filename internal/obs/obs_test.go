@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func get(t *testing.T, h http.Handler, path string) (int, string) {
@@ -36,6 +38,36 @@ func TestMuxServesMetricsHealthAndPprofOnlyWhenAsked(t *testing.T) {
 	mux = Mux(NewRegistry(), nil)
 	if code, body := get(t, mux, "/debug/pprof/heap?debug=1"); code != 200 || !strings.Contains(body, "heap profile") {
 		t.Fatalf("/debug/pprof/heap with HF_PPROF=1 = %d", code)
+	}
+}
+
+// TestReadyzWaitsForReadyThenFollowsHealth: /readyz is 503 "starting" until
+// the WithReady channel closes, then answers as /healthz does; without
+// WithReady it is /healthz. A Gatherer that is no Registry serves /metrics.
+func TestReadyzWaitsForReadyThenFollowsHealth(t *testing.T) {
+	var unhealthy error
+	ready := make(chan struct{})
+	reg := NewRegistry()
+	mux := Mux(prometheus.Gatherers{reg}, func() error { return unhealthy }, WithReady(ready))
+	if code, body := get(t, mux, "/readyz"); code != http.StatusServiceUnavailable || body != "starting\n" {
+		t.Fatalf("/readyz before ready = %d %q, want 503 starting", code, body)
+	}
+	if code, _ := get(t, mux, "/healthz"); code != 200 {
+		t.Fatalf("/healthz before ready = %d, want 200 (alive, not yet ready)", code)
+	}
+	close(ready)
+	if code, body := get(t, mux, "/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz after ready = %d %q", code, body)
+	}
+	unhealthy = errors.New("clickhouse unreachable")
+	if code, body := get(t, mux, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "clickhouse unreachable") {
+		t.Fatalf("/readyz while unhealthy = %d %q", code, body)
+	}
+	if code, body := get(t, Mux(reg, nil), "/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz without WithReady = %d %q", code, body)
+	}
+	if code, body := get(t, mux, "/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics from a Gatherers = %d", code)
 	}
 }
 
