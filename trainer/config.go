@@ -73,6 +73,9 @@ type Config struct {
 	RowFlushInterval time.Duration
 	// SessionTimeout is the consumer group session timeout. Default: 10s.
 	SessionTimeout time.Duration
+	// LagInterval is how often the lag behind the topic's end
+	// (hf_trainer_commit_lag) is polled from the brokers. Default: 5s.
+	LagInterval time.Duration
 }
 
 // DefaultConfig returns the Config that New uses for zero fields: the one
@@ -129,6 +132,7 @@ func (c *Config) setDefaults() {
 	def(&c.BatchAge, 2*time.Second)
 	def(&c.RowFlushInterval, time.Second)
 	def(&c.SessionTimeout, 10*time.Second)
+	def(&c.LagInterval, 5*time.Second)
 	c.Model.setDefaults()
 }
 
@@ -158,6 +162,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxStaleness < 0 {
 		bad("max staleness must be ≥ 0")
+	}
+	if c.LagInterval < 0 {
+		bad("lag interval must be ≥ 0")
 	}
 	if c.HeldoutFraction >= 1 {
 		bad("held-out fraction must be < 1")

@@ -17,6 +17,10 @@ type metrics struct {
 	checkpoints                            prometheus.Counter
 	invalid                                *prometheus.CounterVec
 	stepSeconds, scoreSeconds              prometheus.Histogram
+	// commitLag is the lag per partition and lag the frontier it is
+	// computed from (lag.go).
+	commitLag *prometheus.GaugeVec
+	lag       frontier
 }
 
 // newMetrics makes the trainer's metrics (hf_trainer_*) and registers them
@@ -42,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Samples skipped as invalid (also counted in bad_samples_total), by reason code (the DLQ's: out_of_range, bad_enum, missing_field)."},
 		[]string{"reason"})
 	all = append(all, invalid)
+	commitLag := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "hf", Subsystem: "trainer", Name: "commit_lag",
+		Help: "Log end offset minus the trained frontier (or the group's committed offset where that is further), by group, topic and partition (polled every LagInterval)."},
+		[]string{"group", "topic", "partition"})
+	all = append(all, commitLag)
 	for _, code := range []string{schemas.CodeOutOfRange, schemas.CodeBadEnum, schemas.CodeMissingField} {
 		invalid.WithLabelValues(code) // present at 0 before the first one
 	}
@@ -64,6 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		droppedStale: c("dropped_stale_total", "Samples dropped for exceeding --max-staleness."),
 		checkpoints:  c("checkpoints_total", "Checkpoints written."),
 		invalid:      invalid,
+		commitLag:    commitLag,
 		stepSeconds:  h("step_seconds", "Time per training step.", prometheus.ExponentialBuckets(0.001, 2, 16)),
 		scoreSeconds: h("score_seconds", "Time per /v1/score request.", prometheus.ExponentialBuckets(0.0001, 2, 16)),
 	}

@@ -53,6 +53,7 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 	if err != nil {
 		return err
 	}
+	t.metrics.lag.set(t.offsets)
 	l, mv, err := t.trainStep(in.train, in.held)
 	if err != nil {
 		return err

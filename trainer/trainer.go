@@ -201,6 +201,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		t.markReady("")
 	}
 	g.Go(func() error { return t.generations(gctx, cg, gens) })
+	g.Go(func() error { t.pollLag(gctx); return nil })
 	g.Go(func() error {
 		err := t.loop(gctx, gens, msgs)
 		cg.Close()

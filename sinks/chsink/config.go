@@ -64,6 +64,9 @@ type Config struct {
 	// SkipMigrate skips applying infra/chddl's migrations at start.
 	// Default: false (migrate).
 	SkipMigrate bool
+	// LagInterval is how often the group's lag (hf_sink_commit_lag) is
+	// polled from the brokers. Default (also for a negative value): 5s.
+	LagInterval time.Duration
 }
 
 // DefaultConfig returns the Config that New uses for zero fields: the one
@@ -113,6 +116,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PayloadCap == 0 {
 		c.PayloadCap = 64 << 10
+	}
+	if c.LagInterval <= 0 {
+		c.LagInterval = 5 * time.Second
 	}
 }
 

@@ -11,6 +11,8 @@ type sinkMetrics struct {
 	buffered prometheus.Gauge
 	// kafkaRestarts counts consumer restarts after a Kafka error.
 	kafkaRestarts prometheus.Counter
+	// commitLag is the group's lag per partition (lag.go).
+	commitLag *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *sinkMetrics {
@@ -34,9 +36,12 @@ func newMetrics(reg prometheus.Registerer) *sinkMetrics {
 		kafkaRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hf_sink_consumer_restarts_total", Help: "Times the consumer started again after a Kafka fetch or commit error.",
 		}),
+		commitLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hf_sink_commit_lag", Help: "Log end offset minus the group's committed offset, by group, topic and partition (polled every LagInterval).",
+		}, []string{"group", "topic", "partition"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered, m.kafkaRestarts)
+		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered, m.kafkaRestarts, m.commitLag)
 	}
 	return m
 }

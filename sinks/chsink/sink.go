@@ -119,6 +119,11 @@ func (s *Sink) addStats(f func(*Stats)) {
 // flushes what it buffered and commits, bounded by DrainTimeout, and returns
 // nil.
 func (s *Sink) Run(ctx context.Context) error {
+	lctx, stopLag := context.WithCancel(ctx)
+	var lagDone sync.WaitGroup
+	lagDone.Add(1)
+	go func() { defer lagDone.Done(); s.pollLag(lctx) }()
+	defer func() { stopLag(); lagDone.Wait() }()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
 	for {
