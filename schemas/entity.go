@@ -145,16 +145,20 @@ func WithEntity(name, msg string) string {
 	return name + ": " + msg
 }
 
-// PayloadEntity names, best-effort, the entity of message bytes that did
-// not (or need not) decode: single-object Avro of a compiled-in schema is
-// read field by field up to the first field it cannot read (a truncated or
-// corrupt body still yields the ids before the damage), and a JSON object's
-// "type" and identifying fields are read up to the first syntax error (its
-// first 64 KiB). It returns Entity of what was read, or "" when nothing
-// names an entity (other bytes, Confluent framing: its writer schema is in a
-// registry). It never panics. Safe for concurrent use.
-func PayloadEntity(b []byte) string {
-	ev := partialEvent(b)
+// PayloadEntity names, best-effort, the entity of message bytes read from
+// topic that did not (or need not) decode. Single-object Avro of a
+// compiled-in schema is read field by field up to the first field it cannot
+// read, so a truncated or corrupt body still yields the ids before the
+// damage. A body whose schema is not known here (an unknown fingerprint,
+// Confluent framing, whose writer schema is in a registry) is read the same
+// way as the current schema of the one event type that topic carries, when
+// it carries one: every schema starts with the envelope and then the ids,
+// and a compatible new version only adds fields. A JSON object's "type" and
+// identifying fields are read up to the first syntax error (in its first
+// 64 KiB). It returns Entity of what was read, or "" when nothing names an
+// entity. It never panics. Safe for concurrent use.
+func PayloadEntity(topic string, b []byte) string {
+	ev := partialEvent(topic, b)
 	if ev == nil {
 		return ""
 	}
@@ -162,21 +166,45 @@ func PayloadEntity(b []byte) string {
 }
 
 // partialEvent returns the event that b's readable prefix describes, or nil.
-func partialEvent(b []byte) Event {
-	if len(b) >= 10 && b[0] == SingleObjectMagic[0] && b[1] == SingleObjectMagic[1] {
+func partialEvent(topic string, b []byte) Event {
+	switch {
+	case len(b) >= 10 && b[0] == SingleObjectMagic[0] && b[1] == SingleObjectMagic[1]:
 		if ev, err := Decode(b); err == nil {
 			return ev
 		}
-		sv := byFingerprint[binary.LittleEndian.Uint64(b[2:10])]
-		if sv == nil || !sv.current {
-			return nil
+		if sv := byFingerprint[binary.LittleEndian.Uint64(b[2:10])]; sv != nil {
+			if !sv.current {
+				return nil
+			}
+			return partialAvro(sv.info, b[10:])
 		}
-		return partialAvro(sv.info, b[10:])
+		return guessAvro(topic, b[10:])
+	case len(b) >= 5 && b[0] == ConfluentMagic:
+		return guessAvro(topic, b[5:])
 	}
 	if t := bytes.TrimLeft(b, " \t\r\n\ufeff"); len(t) > 0 && t[0] == '{' {
 		return partialJSON(t[:min(len(t), maxEntityJSON)])
 	}
 	return nil
+}
+
+// guessAvro reads body as the current schema of the one event type topic
+// carries; nil when topic carries none or several (hf.cells).
+func guessAvro(topic string, body []byte) Event {
+	var ti *typeInfo
+	for _, t := range AllTypes {
+		if TopicFor(t) != topic {
+			continue
+		}
+		if ti != nil {
+			return nil
+		}
+		ti = infos[t]
+	}
+	if ti == nil {
+		return nil
+	}
+	return partialAvro(ti, body)
 }
 
 // partialAvro reads the envelope and then the scalar fields of a body of

@@ -70,19 +70,29 @@ func TestPayloadEntity(t *testing.T) {
 		{"truncated after the attempt", a[:cut], "task task-19 attempt 1 (cell cell-7)"},
 		{"truncated in the task id", a[:strings.Index(string(a), "task-19")+3], "cell cell-7"},
 		{"truncated in the envelope", a[:14], ""},
-		{"unknown fingerprint", append([]byte{0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8}, a[10:]...), ""},
+		{"unknown fingerprint, topic of two types", append([]byte{0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8}, a[10:]...), ""},
 		{"json", []byte(` {"type":"harness_update","update_id":"u-17","cell_id":"c-3","cycle":"x"}`), "update u-17 (cell c-3)"},
 		{"json truncated", []byte(`{"cell_id":"c-3","type":"task_attempt","attempt":2,"task_id":"t-1","score":[1,`), "task t-1 attempt 2 (cell c-3)"},
 		{"json without type", []byte(`{"cell_id":"c-3"}`), ""},
 		{"json not an object", []byte(`["task_attempt"]`), ""},
-		{"confluent", append(confluent, a[10:]...), ""},
+		{"confluent, topic of one type", append(confluent, a[10:]...), "task task-19 attempt 1 (cell cell-7)"},
+		{"newer version, topic of one type", append([]byte{0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8}, a[10:]...), "task task-19 attempt 1 (cell cell-7)"},
 		{"garbage", []byte("not avro at all"), ""},
 		{"empty", nil, ""},
 	} {
-		if got := PayloadEntity(c.b); got != c.want {
+		if got := PayloadEntity(caseTopic(c.name), c.b); got != c.want {
 			t.Errorf("%s: PayloadEntity = %q, want %q", c.name, got, c.want)
 		}
 	}
+}
+
+// caseTopic is hf.cells (two event types) for the cases named so, else
+// hf.attempts.
+func caseTopic(name string) string {
+	if strings.Contains(name, "two types") {
+		return TopicCells
+	}
+	return TopicAttempts
 }
 
 // TestNewRejectedNamesEntity: the message is prefixed with the event's
@@ -122,7 +132,7 @@ func FuzzPayloadEntity(f *testing.F) {
 	}
 	f.Add([]byte("not avro"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		name := PayloadEntity(b)
+		name := PayloadEntity(TopicAttempts, b)
 		if !utf8.ValidString(name) || len(name) > 8*maxEntityID {
 			t.Fatalf("name %q", name)
 		}

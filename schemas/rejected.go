@@ -28,11 +28,12 @@ type Origin struct {
 // (the stage's name in the event's Source field) at stage for reason code
 // (the DLQ's codes, DESIGN.md §3) with message saying why in words, prefixed
 // with the entity the message is about ("update u-17 (cell c-3): ..." from
-// o.Event, else from o.Payload by PayloadEntity, else no prefix) and cut at
-// MaxRejectedMessage bytes. The payload is copied and cut at payloadCap
-// bytes (0: whole). EventTime is o.Time in UTC (now when zero); EventID
-// derives from the coordinates (DeriveEventID), so a message read again
-// after a restart or a redelivery yields the same dead letter.
+// o.Event, else from o.Topic and o.Payload by PayloadEntity, else no prefix)
+// and cut at MaxRejectedMessage bytes (on a rune boundary). The payload is
+// copied and cut at payloadCap bytes (0: whole). EventTime is o.Time in UTC
+// (now when zero); EventID derives from the coordinates (DeriveEventID), so
+// a message read again after a restart or a redelivery yields the same dead
+// letter.
 func NewRejected(source, stage, code, message string, o Origin, payloadCap int) *Rejected {
 	payload := o.Payload
 	if payloadCap > 0 && len(payload) > payloadCap {
@@ -40,7 +41,7 @@ func NewRejected(source, stage, code, message string, o Origin, payloadCap int) 
 	}
 	name := Entity(o.Event)
 	if o.Event == nil {
-		name = PayloadEntity(o.Payload)
+		name = PayloadEntity(o.Topic, o.Payload)
 	}
 	message = cutUTF8(WithEntity(name, message), MaxRejectedMessage)
 	at := o.Time
