@@ -155,7 +155,7 @@ func WithEntity(name, msg string) string {
 // it carries one: every schema starts with the envelope and then the ids,
 // and a compatible new version only adds fields. A JSON object's "type" and
 // identifying fields are read up to the first syntax error (in its first
-// 64 KiB). It returns Entity of what was read, or "" when nothing names an
+// 64 KiB), as the topic's one event type when "type" names none. It returns Entity of what was read, or "" when nothing names an
 // entity. It never panics. Safe for concurrent use.
 func PayloadEntity(topic string, b []byte) string {
 	ev := partialEvent(topic, b)
@@ -183,14 +183,23 @@ func partialEvent(topic string, b []byte) Event {
 		return guessAvro(topic, b[5:])
 	}
 	if t := bytes.TrimLeft(b, " \t\r\n\ufeff"); len(t) > 0 && t[0] == '{' {
-		return partialJSON(t[:min(len(t), maxEntityJSON)])
+		return partialJSON(topic, t[:min(len(t), maxEntityJSON)])
 	}
 	return nil
 }
 
-// guessAvro reads body as the current schema of the one event type topic
-// carries; nil when topic carries none or several (hf.cells).
+// guessAvro reads body as the current schema of topicType(topic).
 func guessAvro(topic string, body []byte) Event {
+	ti := topicType(topic)
+	if ti == nil {
+		return nil
+	}
+	return partialAvro(ti, body)
+}
+
+// topicType returns the one event type topic carries; nil when it carries
+// none or several (hf.cells).
+func topicType(topic string) *typeInfo {
 	var ti *typeInfo
 	for _, t := range AllTypes {
 		if TopicFor(t) != topic {
@@ -201,10 +210,7 @@ func guessAvro(topic string, body []byte) Event {
 		}
 		ti = infos[t]
 	}
-	if ti == nil {
-		return nil
-	}
-	return partialAvro(ti, body)
+	return ti
 }
 
 // partialAvro reads the envelope and then the scalar fields of a body of
@@ -276,10 +282,10 @@ func readScalar(r *reader, f *field, ev Event) bool {
 }
 
 // partialJSON reads the top-level members of a JSON object until the end or
-// the first syntax error and returns the event its "type" names with the
-// envelope's ids and the string and int fields that were read; nil without
-// a known "type".
-func partialJSON(b []byte) Event {
+// the first syntax error and returns the event its "type" names (else
+// topicType(topic)) with the envelope's ids and the string and int fields
+// that were read; nil when neither names a type.
+func partialJSON(topic string, b []byte) Event {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -302,6 +308,9 @@ func partialJSON(b []byte) Event {
 	}
 	tname, _ := vals["type"].(string)
 	ti := infos[Type(tname)]
+	if ti == nil {
+		ti = topicType(topic)
+	}
 	if ti == nil {
 		return nil
 	}

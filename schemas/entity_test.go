@@ -1,7 +1,11 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -73,7 +77,8 @@ func TestPayloadEntity(t *testing.T) {
 		{"unknown fingerprint, topic of two types", append([]byte{0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8}, a[10:]...), ""},
 		{"json", []byte(` {"type":"harness_update","update_id":"u-17","cell_id":"c-3","cycle":"x"}`), "update u-17 (cell c-3)"},
 		{"json truncated", []byte(`{"cell_id":"c-3","type":"task_attempt","attempt":2,"task_id":"t-1","score":[1,`), "task t-1 attempt 2 (cell c-3)"},
-		{"json without type", []byte(`{"cell_id":"c-3"}`), ""},
+		{"json without type", []byte(`{"cell_id":"c-3"}`), "cell c-3"},
+		{"json without type, topic of two types", []byte(`{"cell_id":"c-3"}`), ""},
 		{"json not an object", []byte(`["task_attempt"]`), ""},
 		{"confluent, topic of one type", append(confluent, a[10:]...), "task task-19 attempt 1 (cell cell-7)"},
 		{"newer version, topic of one type", append([]byte{0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8}, a[10:]...), "task task-19 attempt 1 (cell cell-7)"},
@@ -140,4 +145,68 @@ func FuzzPayloadEntity(f *testing.F) {
 			t.Fatalf("decoded %s named %q, want %q", ev.Type(), name, Entity(ev))
 		}
 	})
+}
+
+// TestRejectedNamesEntityForEveryCode: for every reason code of this
+// package, an input that fails with it (checked), dead-lettered from its
+// payload alone, gets a message that names the entity. A new Code* constant
+// in errors.go fails the test until a case covers it.
+func TestRejectedNamesEntityForEveryCode(t *testing.T) {
+	fx := fixturesV1()
+	a, _ := Encode(fx[TypeTaskAttempt])
+	jsonUpdate := func(extra string) []byte {
+		return []byte(`{"type":"harness_update","event_id":"e-1","event_time":"2026-12-05T10:00:00.000Z","project":"p","source":"s",` +
+			`"cell_id":"c-3","update_id":"u-17","cycle":1,"from_version":"h0","to_version":"h1","artifacts":[],"evidence_task_ids":["t"]` + extra + `}`)
+	}
+	jsonAttempt := func(status string, score, input string) []byte {
+		return []byte(`{"type":"task_attempt","event_id":"e-2","event_time":"2026-12-05T10:00:00.000Z","cell_id":"c-3","task_id":"t-1",` +
+			`"attempt":2,"status":"` + status + `","score":` + score + `,"success":true,"task_input":"` + input + `"}`)
+	}
+	const upd, att = "update u-17 (cell c-3)", "task t-1 attempt 2 (cell c-3)"
+	cases := []struct {
+		code, topic string
+		payload     []byte
+		want        string
+	}{
+		{CodeMalformed, TopicAttempts, a[:len(a)-20], "task task-19 attempt 1 (cell cell-7)"},
+		{CodeUnknownFingerprint, TopicAttempts, append([]byte{0xC3, 0x01, 9, 9, 9, 9, 9, 9, 9, 9}, a[10:]...), "task task-19 attempt 1 (cell cell-7)"},
+		{CodeUnknownType, TopicUpdates, []byte(`{"type":"harness_updated","cell_id":"c-3","update_id":"u-17"}`), upd},
+		{CodeMissingField, TopicUpdates, bytes.Replace(jsonUpdate(""), []byte(`"from_version":"h0",`), nil, 1), upd},
+		{CodeWrongType, TopicUpdates, bytes.Replace(jsonUpdate(""), []byte(`"cycle":1`), []byte(`"cycle":"one"`), 1), upd},
+		{CodeBadEnum, TopicAttempts, jsonAttempt("exploded", "1", ""), att},
+		{CodeOutOfRange, TopicAttempts, jsonAttempt("ok", "2", ""), att},
+		{CodeTooLarge, TopicAttempts, jsonAttempt("ok", "1", strings.Repeat("x", 200)), att},
+		{CodeUnknownField, TopicUpdates, jsonUpdate(`,"colour":"red"`), upd},
+	}
+	seen := map[string]bool{}
+	for _, c := range cases {
+		seen[c.code] = true
+		var err error
+		if c.payload[0] == '{' {
+			_, err = ParseJSON(c.payload, Limits{TaskInput: 100})
+		} else {
+			_, err = Decode(c.payload)
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Code != c.code {
+			t.Errorf("%s: the input fails with %v, not this code", c.code, err)
+			continue
+		}
+		r := NewRejected("s", StageSyntax, c.code, err.Error(), Origin{Topic: c.topic, Payload: c.payload}, 0)
+		if !strings.HasPrefix(r.Message, c.want+": ") {
+			t.Errorf("%s: message %q does not start with %q", c.code, r.Message, c.want+": ")
+		}
+	}
+	src, err := os.ReadFile("errors.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\s*Code[A-Za-z]+ = "([a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+		if !seen[m[1]] {
+			t.Errorf("reason code %q has no case", m[1])
+		}
+	}
+	if len(seen) < 9 {
+		t.Errorf("%d codes covered", len(seen))
+	}
 }
