@@ -244,7 +244,7 @@ func (c *cells) started(cs *cellState, id string, st *schemas.CellStarted, m *in
 			return
 		}
 		c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
-			"cell %q: second cell_started %q (the cell is already started)", id, st.EventID), emit, out)
+			"second cell_started %q (the cell is already started)", st.EventID), emit, out)
 		return
 	}
 	cs = &cellState{
@@ -292,7 +292,7 @@ func (c *cells) update(cs *cellState, id string, ev *schemas.HarnessUpdate, m *i
 	}
 	if ev.FromVersion != cs.current {
 		c.deadLetter(m, reject(schemas.StageSemantic, CodeVersionChain,
-			"update %q of cell %q: from_version %q does not chain to the current version %q", ev.UpdateID, id, ev.FromVersion, cs.current), emit, out)
+			"from_version %q does not chain to the current version %q", ev.FromVersion, cs.current), emit, out)
 		return
 	}
 	for i := range ev.Artifacts {
@@ -302,13 +302,13 @@ func (c *cells) update(cs *cellState, id string, ev *schemas.HarnessUpdate, m *i
 		}
 		if _, ok := cs.hashes[artifactHash(a)]; ok {
 			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateContent,
-				"update %q of cell %q: artifact %q (%s) repeats content already in the cell (sha256 %s)", ev.UpdateID, id, a.Name, a.Kind, artifactHash(a)), emit, out)
+				"artifact %q (%s) repeats content already in the cell (sha256 %s)", a.Name, a.Kind, artifactHash(a)), emit, out)
 			return
 		}
 	}
 	if len(ev.EvidenceTaskIDs) == 0 {
 		c.deadLetter(m, reject(schemas.StageSemantic, CodeNoEvidence,
-			"update %q of cell %q names no evidence task ids", ev.UpdateID, id), emit, out)
+			"the update names no evidence task ids"), emit, out)
 		return
 	}
 	for i := range ev.Artifacts {
@@ -351,7 +351,7 @@ func (c *cells) finish(cs *cellState, id string, ev *schemas.CellFinished, m *in
 	}
 	if cs.finished {
 		c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
-			"cell %q: second cell_finished %q (the cell is already finished)", id, ev.EventID), emit, out)
+			"second cell_finished %q (the cell is already finished)", ev.EventID), emit, out)
 		return
 	}
 	if c.cfg.FinishHold > 0 && !cs.holdDone {
@@ -361,7 +361,7 @@ func (c *cells) finish(cs *cellState, id string, ev *schemas.CellFinished, m *in
 		}
 		if cs.holdID != "" {
 			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateCell,
-				"cell %q: second cell_finished %q (the cell is already finishing)", id, ev.EventID), emit, out)
+				"second cell_finished %q (the cell is already finishing)", ev.EventID), emit, out)
 			return
 		}
 		cp := *m
@@ -380,8 +380,8 @@ func (c *cells) finish(cs *cellState, id string, ev *schemas.CellFinished, m *in
 
 func unknownVersion(a *schemas.TaskAttempt, why string) *rejection {
 	return reject(schemas.StageSemantic, CodeUnknownVersion,
-		"attempt %q of cell %q runs harness version %q, which no accepted update of the cell introduced before %s",
-		a.EventID, a.CellID, a.HarnessVersion, why)
+		"attempt %q runs harness version %q, which no accepted update of the cell introduced before %s",
+		a.EventID, a.HarnessVersion, why)
 }
 
 func (c *cells) addPending(p *pendItem, emit bool, out *sink) {
@@ -426,7 +426,7 @@ func (c *cells) expired(p *pendItem, why string, emit bool, out *sink) {
 		return
 	}
 	c.deadLetter(p.m, reject(schemas.StageSemantic, CodeUnknownCell,
-		"%s %q names cell %q, whose cell_started did not arrive before %s", p.m.ev.Type(), p.m.ev.Header().EventID, p.cell, why), emit, out)
+		"%s %q: the cell_started of cell %q did not arrive before %s", p.m.ev.Type(), p.m.ev.Header().EventID, p.cell, why), emit, out)
 }
 
 // evict drops finished cells whose grace passed on either clock.

@@ -3,6 +3,8 @@ package processors
 import (
 	"errors"
 	"fmt"
+
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // Sentinel errors.
@@ -65,9 +67,21 @@ const (
 	CodePayloadTooLarge = "payload_too_large"
 )
 
-// rejection is the reason an input was dead-lettered.
+// rejection is the reason an input was dead-lettered. Its message does not
+// name the entity: the dead letter's message is prefixed with the entity of
+// ev, else of the message's event, else of its payload (schemas.NewRejected).
 type rejection struct {
 	stage, code, msg string
+	// ev is the event rejected when it is not the message's own (an event
+	// held by stage B and added when its cell_started arrived); nil: the
+	// message's.
+	ev schemas.Event
+}
+
+// about sets the event r is about and returns r.
+func (r *rejection) about(ev schemas.Event) *rejection {
+	r.ev = ev
+	return r
 }
 
 func (r *rejection) Error() string { return fmt.Sprintf("%s/%s: %s", r.stage, r.code, r.msg) }

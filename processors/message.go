@@ -106,6 +106,10 @@ func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 	o := schemas.Origin{Topic: m.topic, Partition: int32(m.partition), Offset: m.offset, Time: m.ts, Payload: m.value}
 	if m.ev != nil {
 		o.Project = m.ev.Header().Project
+		o.Event = m.ev
+	}
+	if r.ev != nil {
+		o.Event = r.ev
 	}
 	rec := schemas.NewRejected(deadLetterSource, r.stage, r.code, r.msg, o, payloadCap)
 	// The message's timestamp even when it is zero (NewRejected would take

@@ -140,7 +140,7 @@ func (s *pairs) refreshParams(ps *pairState) {
 func (s *pairs) add(ps *pairState, m *inMsg, ev schemas.Event, emit bool, out *sink) {
 	outs, err := ps.p.Add(ev)
 	if err != nil && !errors.Is(err, score.ErrDuplicateBaseline) {
-		s.deadLetter(m, reject(schemas.StageSemantic, CodeScoreRejected, "%s %q: %v", ev.Type(), ev.Header().EventID, err), emit, out)
+		s.deadLetter(m, reject(schemas.StageSemantic, CodeScoreRejected, "%s %q: %v", ev.Type(), ev.Header().EventID, err).about(ev), emit, out)
 	}
 	if !emit {
 		return

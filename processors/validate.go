@@ -64,8 +64,8 @@ func checkArtifacts(u *schemas.HarnessUpdate) *rejection {
 		}
 		if a.ContentSHA256 != "" && !strings.EqualFold(a.ContentSHA256, contentHash(a.Content)) {
 			return reject(schemas.StageSyntax, CodeContentHashMismatch,
-				"update %q: artifact %q (%s): content_sha256 %s is not the sha256 of its content (%s)",
-				u.UpdateID, a.Name, a.Kind, a.ContentSHA256, contentHash(a.Content))
+				"artifact %q (%s): content_sha256 %s is not the sha256 of its content (%s)",
+				a.Name, a.Kind, a.ContentSHA256, contentHash(a.Content))
 		}
 		switch a.Kind {
 		case schemas.KindSkill:

@@ -42,12 +42,14 @@ func (t *Trainer) rejectInvalid(ctx context.Context, m sampleMsg, fe *schemas.Fi
 // the next checkpoint, so a record not written now would never be. Its event
 // id derives from the sample's coordinates, so a sample read again after a
 // restart is dead-lettered again under the same id. The payload is cut at
-// the default payload limit, the event time is now.
+// the default payload limit, the event time is now. The message names the
+// sample ("sample s-9 (update u-17, cell c-3): ..."), from what was read of
+// it when it did not decode (schemas.NewRejected).
 func (t *Trainer) deadLetter(ctx context.Context, m sampleMsg, stage, code, msg string, payload []byte) error {
 	o := schemas.Origin{Topic: t.cfg.Topic, Partition: m.part, Offset: m.off,
 		Time: time.Now().UTC().Truncate(time.Millisecond), Payload: payload}
 	if m.s != nil {
-		o.Project = m.s.Project
+		o.Project, o.Event = m.s.Project, m.s // names the sample in the message
 	}
 	rec := schemas.NewRejected("trainer:"+t.cfg.Name, stage, code, msg, o, schemas.DefaultLimits().Payload)
 	b, err := schemas.Encode(rec)

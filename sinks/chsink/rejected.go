@@ -16,7 +16,9 @@ const rejectedSource = "sink"
 // decode, the reason code from err, the payload cut at Config.PayloadCap, the
 // message's time (now when it has none), and an event id from the message's
 // coordinates ("sink-decode:<topic>:<partition>:<offset>"), so a message read
-// again after a restart yields the same row.
+// again after a restart yields the same row. The message names the entity
+// of what the payload's readable prefix holds ("task t-1 attempt 2 (cell
+// c-3): ..."; schemas.NewRejected, PayloadEntity).
 func (s *Sink) rejection(m kafka.Message, err error) *schemas.Rejected {
 	code := schemas.CodeMalformed
 	var fe *schemas.FieldError
