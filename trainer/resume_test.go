@@ -432,6 +432,9 @@ func TestInvalidSampleIsSkipped(t *testing.T) {
 		if r.SourceTopic != schemas.TopicSamples || r.Partition != 0 || r.Stage != schemas.StageSyntax || r.ReasonCode != schemas.CodeOutOfRange || len(r.Payload) == 0 {
 			t.Fatalf("dead letter %+v: want hf.samples/0, stage syntax, out_of_range, with the payload", r)
 		}
+		if name := schemas.Entity(samples[r.Offset]); !strings.HasPrefix(r.Message, name+": ") {
+			t.Fatalf("dead letter message %q does not name the sample (%s)", r.Message, name)
+		}
 		dead[r.Offset] = true
 	}
 	if len(msgs) != len(badAt) || !dead[10] || !dead[21] || !dead[30] {

@@ -35,3 +35,21 @@ func TestRejectionKeepsItsIdentity(t *testing.T) {
 		t.Fatalf("no message time: event time %v, code %s", rec.EventTime, rec.ReasonCode)
 	}
 }
+
+// TestRejectionNamesEntity: a payload cut short still names the ids it
+// holds before the cut in the dead letter's message.
+func TestRejectionNamesEntity(t *testing.T) {
+	s := &Sink{cfg: Config{PayloadCap: 1 << 10}}
+	ev := &schemas.TaskAttempt{Envelope: schemas.Envelope{EventID: "e-1", Project: "p", Source: "s"}, CellID: "c-3", TaskID: "t-1",
+		Attempt: 2, HarnessVersion: "h0", Status: schemas.StatusOK, Score: 0.5}
+	b, err := schemas.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = b[:len(b)-8]
+	_, derr := schemas.Decode(b)
+	rec := s.rejection(kafka.Message{Topic: schemas.TopicAttempts, Value: b}, derr)
+	if want := "task t-1 attempt 2 (cell c-3): " + derr.Error(); rec.Message != want || rec.ReasonCode != schemas.CodeMalformed {
+		t.Fatalf("message %q (%s), want %q", rec.Message, rec.ReasonCode, want)
+	}
+}
