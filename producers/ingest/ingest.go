@@ -1,8 +1,10 @@
 // Package ingest is harnessflow's HTTP gateway for agents in any language:
 // POST /v1/events takes one JSON event, a JSON array of events or NDJSON,
 // authenticated by a bearer token scoped to a project, validates every event
-// and answers 202 only once the brokers acknowledged all of them. It also
-// serves /healthz and Prometheus /metrics.
+// and answers 202 only once the brokers acknowledged all of them. POST
+// /v1/traces takes OpenTelemetry traces (OTLP/HTTP, protobuf or JSON) and
+// maps GenAI agent spans to the same events (docs/otlp.md). It also serves
+// /healthz and Prometheus /metrics.
 package ingest
 
 import (
@@ -264,10 +266,12 @@ func (s *Server) Addr() string {
 	return a
 }
 
-// Handler returns the gateway's HTTP handler: /v1/events, /healthz, /metrics.
+// Handler returns the gateway's HTTP handler: /v1/events, /v1/traces
+// (OTLP/HTTP, see otlp.go), /healthz, /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := obs.Mux(s.reg, nil)
 	mux.HandleFunc("/v1/events", s.handleEvents)
+	mux.HandleFunc("/v1/traces", s.handleTraces)
 	return mux
 }
 
@@ -360,15 +364,8 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 			invalid = append(invalid, ItemError{i, err.Error()})
 			continue
 		}
-		h := ev.Header()
-		switch {
-		case h.Project == "":
-			h.Project = project
-		case h.Project != project:
-			forbidden = append(forbidden, ItemError{i, fmt.Sprintf("project %q is not this token's project", h.Project)})
-		}
-		if h.Source == "" {
-			h.Source = Source
+		if err := claimProject(ev, project); err != nil {
+			forbidden = append(forbidden, ItemError{i, err.Error()})
 		}
 		evs = append(evs, ev)
 	}
@@ -402,6 +399,23 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 	}
 	writeJSON(w, http.StatusAccepted, map[string]int{"accepted": len(evs)})
 	return http.StatusAccepted, "", len(evs)
+}
+
+// claimProject applies a token's project rules to an event: one without a
+// project takes the token's, one naming another project is refused; one
+// without a source gets Source.
+func claimProject(ev schemas.Event, project string) error {
+	h := ev.Header()
+	switch {
+	case h.Project == "":
+		h.Project = project
+	case h.Project != project:
+		return fmt.Errorf("project %q is not this token's project", h.Project)
+	}
+	if h.Source == "" {
+		h.Source = Source
+	}
+	return nil
 }
 
 // splitItems splits a body into its events: one JSON object, a JSON array of

@@ -18,6 +18,14 @@ const (
 	reasonDelivery     = "delivery"
 	reasonClientGone   = "client_gone"
 	reasonBusy         = "busy"
+	reasonMediaType    = "media_type"
+)
+
+// Span outcomes (label of hf_ingest_otlp_spans_total).
+const (
+	outcomeAccepted = "accepted"
+	outcomeIgnored  = "ignored"
+	outcomeRejected = "rejected"
 )
 
 // metrics are the gateway's Prometheus metrics, hf_ingest_*.
@@ -26,6 +34,9 @@ type metrics struct {
 	events     prometheus.Counter
 	rejections *prometheus.CounterVec
 	latency    prometheus.Histogram
+	// otlpRequests and otlpSpans are /v1/traces' (otlp.go).
+	otlpRequests *prometheus.CounterVec
+	otlpSpans    *prometheus.CounterVec
 }
 
 // newMetrics creates the gateway's metrics, registered nowhere yet.
@@ -41,13 +52,21 @@ func newMetrics() metrics {
 		}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "hf", Subsystem: "ingest", Name: "rejections_total",
-			Help: "Rejected requests to /v1/events by reason.",
+			Help: "Rejected requests to /v1/events and /v1/traces by reason.",
 		}, []string{"reason"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "hf", Subsystem: "ingest", Name: "request_duration_seconds",
 			Help:    "Latency of /v1/events requests, acknowledgement included.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		otlpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "hf", Subsystem: "ingest", Name: "otlp_requests_total",
+			Help: "Requests to /v1/traces (OTLP/HTTP) by HTTP status code.",
+		}, []string{"code"}),
+		otlpSpans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "hf", Subsystem: "ingest", Name: "otlp_spans_total",
+			Help: "Spans received on /v1/traces by outcome: accepted (became an acknowledged event), ignored (not mapped), rejected (counted in partial_success).",
+		}, []string{"outcome"}),
 	}
 }
 
@@ -55,14 +74,17 @@ func newMetrics() metrics {
 // each rejection reason's series at zero.
 func (m metrics) register(regs ...prometheus.Registerer) error {
 	for _, r := range regs {
-		for _, c := range []prometheus.Collector{m.requests, m.events, m.rejections, m.latency} {
+		for _, c := range []prometheus.Collector{m.requests, m.events, m.rejections, m.latency, m.otlpRequests, m.otlpSpans} {
 			if err := r.Register(c); err != nil {
 				return fmt.Errorf("register metrics: %w", err)
 			}
 		}
 	}
-	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone, reasonBusy} {
+	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone, reasonBusy, reasonMediaType} {
 		m.rejections.WithLabelValues(r)
+	}
+	for _, o := range []string{outcomeAccepted, outcomeIgnored, outcomeRejected} {
+		m.otlpSpans.WithLabelValues(o)
 	}
 	return nil
 }

@@ -1,0 +1,204 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// This file serves POST /v1/traces, OTLP/HTTP's trace export
+// (https://opentelemetry.io/docs/specs/otlp/#otlphttp): an
+// ExportTraceServiceRequest in protobuf (application/x-protobuf) or OTLP/JSON
+// (application/json), optionally gzip (Content-Encoding: gzip, inflated up to
+// MaxBody bytes), with the same bearer tokens and project rules as
+// /v1/events. Its spans become events (otlp_map.go) produced like
+// /v1/events' events, acknowledged before the answer. The answer is an
+// ExportTraceServiceResponse in the request's encoding: 200 with the spans
+// that became no event for a reason of theirs counted in
+// partial_success.rejected_spans and named in partial_success.error_message;
+// spans that are not agent or skill spans are ignored, never rejected. A
+// failure of the whole request is a google.rpc.Status with its HTTP code.
+
+// maxRejectMessages caps the rejections named in one error_message.
+const maxRejectMessages = 10
+
+// otlpAnswer is what traces1 did, for the metrics.
+type otlpAnswer struct {
+	code     int
+	reason   string // a rejection reason of the whole request, or ""
+	accepted int    // spans that became acknowledged events
+	ignored  int
+	rejected int
+}
+
+func (s *Server) handleTraces(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	a := s.traces1(w, r)
+	s.otlpRequests.WithLabelValues(strconv.Itoa(a.code)).Inc()
+	if a.reason != "" {
+		s.rejections.WithLabelValues(a.reason).Inc()
+	}
+	s.otlpSpans.WithLabelValues(outcomeAccepted).Add(float64(a.accepted))
+	s.otlpSpans.WithLabelValues(outcomeIgnored).Add(float64(a.ignored))
+	s.otlpSpans.WithLabelValues(outcomeRejected).Add(float64(a.rejected))
+	if a.accepted > 0 {
+		s.events.Add(float64(a.accepted))
+	}
+	s.log.Debug().Int("code", a.code).Str("reason", a.reason).Int("accepted", a.accepted).Int("ignored", a.ignored).
+		Int("rejected", a.rejected).Dur("took", time.Since(start)).Msg("otlp request")
+}
+
+// writeOTLP writes m in enc with the HTTP status code.
+func writeOTLP(w http.ResponseWriter, code int, enc otlpEncoding, m proto.Message) {
+	b, err := encodeOTLP(m, enc)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte("encode answer: "+err.Error())
+	}
+	w.Header().Set("Content-Type", enc.contentType())
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// fail answers a failed request: a google.rpc.Status, as OTLP/HTTP asks.
+func fail(w http.ResponseWriter, code int, enc otlpEncoding, c codes.Code, reason, msg string) otlpAnswer {
+	writeOTLP(w, code, enc, &spb.Status{Code: int32(c), Message: msg})
+	return otlpAnswer{code: code, reason: reason}
+}
+
+// traces1 answers one /v1/traces request.
+func (s *Server) traces1(w http.ResponseWriter, r *http.Request) otlpAnswer {
+	enc, known := otlpEncodingOf(r.Header.Get("Content-Type"))
+	if !known {
+		enc = otlpJSON // the answers before the 415
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return fail(w, http.StatusMethodNotAllowed, enc, codes.Unimplemented, reasonMethod, "use POST")
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	project, knownTok := s.tokens.project(strings.TrimSpace(tok))
+	if !ok || !knownTok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="harnessflow"`)
+		return fail(w, http.StatusUnauthorized, enc, codes.Unauthenticated, reasonUnauthorized,
+			"missing or unknown bearer token: send the header Authorization: Bearer <token> (OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>)")
+	}
+	if !known {
+		return fail(w, http.StatusUnsupportedMediaType, enc, codes.InvalidArgument, reasonMediaType,
+			fmt.Sprintf("Content-Type %q: send OTLP as %s or %s", r.Header.Get("Content-Type"), ctProtobuf, ctJSON))
+	}
+	tooLarge := func(what string) otlpAnswer {
+		return fail(w, http.StatusRequestEntityTooLarge, enc, codes.ResourceExhausted, reasonTooLarge,
+			fmt.Sprintf("%s is over the %d-byte cap: export fewer spans per request (e.g. a smaller max_export_batch_size)", what, s.cfg.MaxBody))
+	}
+	if r.ContentLength > s.cfg.MaxBody {
+		return tooLarge("request body")
+	}
+	hold := s.cfg.MaxBody
+	if r.ContentLength >= 0 && r.Header.Get("Content-Encoding") == "" {
+		hold = r.ContentLength
+	}
+	if !s.inflight.TryAcquire(hold) {
+		w.Header().Set("Retry-After", "1")
+		return fail(w, http.StatusServiceUnavailable, enc, codes.Unavailable, reasonBusy,
+			fmt.Sprintf("busy: the requests in flight hold the gateway's %d-byte budget (the brokers are slow or away); retry later", s.cfg.MaxInflight))
+	}
+	defer s.inflight.Release(hold)
+	body, err := readOTLPBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody), r.Header.Get("Content-Encoding"), s.cfg.MaxBody)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge("request body")
+	case errors.Is(err, errDecompressedTooLarge):
+		return tooLarge("decompressed request body")
+	case errors.Is(err, errBadContentEncoding):
+		return fail(w, http.StatusUnsupportedMediaType, enc, codes.InvalidArgument, reasonMediaType, err.Error())
+	case err != nil:
+		return fail(w, http.StatusBadRequest, enc, codes.InvalidArgument, reasonInvalid, "read body: "+err.Error())
+	}
+	req, err := decodeOTLPTraces(body, enc)
+	if err != nil {
+		return fail(w, http.StatusBadRequest, enc, codes.InvalidArgument, reasonInvalid, err.Error())
+	}
+	if n := countSpans(req); n > s.cfg.MaxEvents {
+		return fail(w, http.StatusRequestEntityTooLarge, enc, codes.ResourceExhausted, reasonTooLarge,
+			fmt.Sprintf("%d spans, over the %d-span cap of one request: export fewer spans per request", n, s.cfg.MaxEvents))
+	}
+	res := mapTraces(req, project, s.cfg.Limits)
+	a, ok := s.emitMapped(w, r, enc, &res)
+	if !ok {
+		return a
+	}
+	resp := &coltrace.ExportTraceServiceResponse{}
+	if len(res.rejected) > 0 {
+		resp.PartialSuccess = &coltrace.ExportTracePartialSuccess{
+			RejectedSpans: int64(len(res.rejected)), ErrorMessage: rejectMessage(res.rejected),
+		}
+	}
+	writeOTLP(w, http.StatusOK, enc, resp)
+	return otlpAnswer{code: http.StatusOK, accepted: len(res.events), ignored: res.ignored, rejected: len(res.rejected)}
+}
+
+// emitMapped produces the mapped events and waits for their acknowledgement,
+// like /v1/events. An event the producer refuses (its checks run after
+// ParseJSON's) rejects its span and the rest are sent again. On a delivery
+// failure it answers the request itself and returns false.
+func (s *Server) emitMapped(w http.ResponseWriter, r *http.Request, enc otlpEncoding, res *otlpResult) (otlpAnswer, bool) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DeliveryTimeout)
+	defer cancel()
+	for len(res.events) > 0 {
+		evs := make([]schemas.Event, len(res.events))
+		for i, m := range res.events {
+			evs[i] = m.ev
+		}
+		err := s.prod.EmitSync(ctx, evs...)
+		var ie *producers.InvalidEventError
+		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(res.events) {
+			res.rejected = append(res.rejected, fmt.Sprintf("%s: %v", res.events[ie.Index].span.id(), ie))
+			res.events = append(res.events[:ie.Index], res.events[ie.Index+1:]...)
+			continue
+		}
+		if err == nil {
+			break
+		}
+		if r.Context().Err() != nil {
+			s.log.Warn().Int("events", len(evs)).Msg("OTLP client went away before the brokers acknowledged its events; they may or may not be written (a resend is idempotent)")
+			return otlpAnswer{code: 499, reason: reasonClientGone}, false
+		}
+		s.log.Error().Err(err).Int("events", len(evs)).Msg("delivery failed")
+		w.Header().Set("Retry-After", "5")
+		return fail(w, http.StatusServiceUnavailable, enc, codes.Unavailable, reasonDelivery, "events not acknowledged by the brokers ("+err.Error()+
+			"): some may be written, none is confirmed; the exporter retries the same spans later, and they get the same event ids, so nothing is duplicated"), false
+	}
+	return otlpAnswer{}, true
+}
+
+func countSpans(req *coltrace.ExportTraceServiceRequest) int {
+	n := 0
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			n += len(ss.GetSpans())
+		}
+	}
+	return n
+}
+
+// rejectMessage joins the first maxRejectMessages rejections.
+func rejectMessage(rejected []string) string {
+	msg := fmt.Sprintf("%d spans rejected (see docs/otlp.md for the mapping): ", len(rejected))
+	if len(rejected) > maxRejectMessages {
+		return msg + strings.Join(rejected[:maxRejectMessages], "; ") + fmt.Sprintf("; and %d more", len(rejected)-maxRejectMessages)
+	}
+	return msg + strings.Join(rejected, "; ")
+}
