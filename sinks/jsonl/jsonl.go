@@ -2,6 +2,15 @@
 // partition of one topic (no consumer group, nothing committed), decodes each
 // message, dead letters included, and writes its JSON form one event per
 // line — the kcat of harnessflow (`harnessflow consume`).
+//
+// A dead letter's line (type "rejected") is its JSON form, whose "payload"
+// is the offending bytes in base64, followed by what those bytes hold:
+// "payload_event", the payload decoded (Avro single-object, Confluent
+// framing with Config.SchemaRegistry, or JSON text that parses as an event)
+// in its JSON form; or "payload_error", why it does not decode (cut at the
+// payload cap, garbage, Confluent without a registry, JSON that is not a
+// valid event, a NaN that JSON cannot carry), then "payload_text", the bytes
+// as text when they are printable UTF-8.
 package jsonl
 
 import (
@@ -57,8 +66,10 @@ type readMsg struct {
 
 // Consume prints cfg.Topic's events on stdout as JSON lines until
 // cfg.Max events, cfg.Idle without a message, or the end of ctx (a clean
-// stop, nil). A message that does not decode is reported on stderr with its
-// coordinates and skipped; a failed read ends the run with its error.
+// stop, nil); a dead letter's line also shows its payload decoded (see the
+// package comment). A message that does not decode is reported on stderr
+// with its coordinates and skipped; a failed read ends the run with its
+// error.
 func Consume(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	o := cfg
 	if o.Topic == "" {
@@ -118,7 +129,9 @@ func Consume(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			}
 			ev, err := decode(ctx, m.Value)
 			var line []byte
-			if err == nil {
+			if r, ok := ev.(*schemas.Rejected); ok && err == nil {
+				line, err = rejectedLine(ctx, decode, r)
+			} else if err == nil {
 				line, err = schemas.MarshalJSON(ev)
 			}
 			if err != nil {
@@ -230,7 +243,7 @@ func startOffsets(ctx context.Context, brokers []string, topic string, fromBegin
 // single-object encoding, and the Confluent wire format through the schema
 // registry when a URL is given (without one, Confluent-framed messages are
 // reported as undecodable).
-func decoder(registry string) (func(context.Context, []byte) (schemas.Event, error), error) {
+func decoder(registry string) (decodeFunc, error) {
 	d := &schemas.Decoder{}
 	if registry != "" {
 		d.Registry = schemas.NewRegistry(registry, nil)
