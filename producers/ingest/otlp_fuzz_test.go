@@ -1,0 +1,81 @@
+package ingest_test
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/harnessflow/harnessflow/producers/ingest"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// TestOTLPJSONDecodesLikeProtobuf: the hand-written OTLP/JSON sample (hex
+// ids, integers as strings, enums as numbers, an unknown field) decodes to
+// exactly the request the protobuf test sends.
+func TestOTLPJSONDecodesLikeProtobuf(t *testing.T) {
+	got, err := ingest.DecodeOTLPTraces([]byte(sampleTraceJSON), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sampleTrace(); !proto.Equal(got, want) {
+		t.Fatalf("OTLP/JSON decodes to\n%v\nwant\n%v", got, want)
+	}
+}
+
+func eventIDs(evs []schemas.Event) []string {
+	var ids []string
+	for _, ev := range evs {
+		ids = append(ids, ev.Header().EventID)
+	}
+	return ids
+}
+
+// FuzzOTLPTraces fuzzes the /v1/traces decoder and the span mapping: a body
+// that decodes (either encoding) re-encodes to protobuf bytes that decode to
+// the same bytes again, and maps to the same events both times, every span
+// counted once (accepted, ignored or rejected). A panic is a bug.
+func FuzzOTLPTraces(f *testing.F) {
+	pb, err := proto.Marshal(sampleTrace())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(pb, false)
+	f.Add([]byte(sampleTraceJSON), true)
+	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"01","spanId":"02","parentSpanId":"02","attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"gen_ai.skill.name","value":{"stringValue":"s"}}]}]}]}]}`), true)
+	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"invoke_agent"}},{"key":"harnessflow.cell_id","value":{"doubleValue":"NaN"}}]}]}]}]}`), true)
+	f.Add([]byte{0x0a, 0x00}, false)
+	f.Fuzz(func(t *testing.T, body []byte, isJSON bool) {
+		req, err := ingest.DecodeOTLPTraces(body, isJSON)
+		if err != nil {
+			return
+		}
+		det := proto.MarshalOptions{Deterministic: true}
+		b1, err := det.Marshal(req)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		req2, err := ingest.DecodeOTLPTraces(b1, false)
+		if err != nil {
+			t.Fatalf("decode the re-encoded request: %v", err)
+		}
+		b2, err := det.Marshal(req2)
+		if err != nil || !bytes.Equal(b1, b2) {
+			t.Fatalf("second round trip differs (%v)", err)
+		}
+		evs1, spans, ignored, rejected := ingest.MapTraces(req, "p")
+		if len(evs1)+ignored+rejected != spans {
+			t.Fatalf("%d spans, %d events + %d ignored + %d rejected", spans, len(evs1), ignored, rejected)
+		}
+		evs2, _, _, _ := ingest.MapTraces(req2, "p")
+		if !slices.Equal(eventIDs(evs1), eventIDs(evs2)) {
+			t.Fatalf("the re-decoded request maps to other events")
+		}
+		for _, ev := range evs1 {
+			if err := schemas.Validate(ev, schemas.DefaultLimits()); err != nil {
+				t.Fatalf("mapped an invalid event: %v", err)
+			}
+		}
+	})
+}
