@@ -20,7 +20,19 @@ decodes each message, DLQ included, and prints its JSON form, one event per line
 on stdout. Without --from-beginning it starts at the end of each partition as of
 start-up. It exits after --max events, after --idle-timeout without a new message,
 or on SIGINT/SIGTERM. A message that does not decode is reported on stderr with
-its topic, partition and offset, and skipped.`,
+its topic, partition and offset, and skipped.
+
+A dead letter (hf.dlq, "type":"rejected") is printed with its fields (stage,
+reason_code, message, which starts with the entity it is about, such as
+"update u-17 (cell c-3): ", source_topic, partition, offset, and payload, the
+offending bytes in base64), then what the payload holds:
+  payload_event  the payload decoded, in its JSON form (Avro single-object;
+                 Confluent framing with --schema-registry; JSON text that
+                 parses as an event)
+  payload_error  otherwise, why it does not decode (cut at the payload cap,
+                 not an event, Confluent framing without --schema-registry)
+  payload_text   with payload_error, the payload as text when it is
+                 printable UTF-8 (JSON text, a log line)`,
 		Example: "  harnessflow consume --brokers 127.0.0.1:9092 --topic hf.dlq --from-beginning --idle-timeout 2s",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -117,8 +118,12 @@ func TestConsumeDecodesDLQAndReportsUndecodable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != string(want)+"\n" {
-		t.Fatalf("stdout:\n%s\nwant:\n%s", out, want)
+	// The dead letter's JSON form, then its payload: JSON text that is not
+	// a valid event, so an error and the text.
+	lines := consumeLines(out)
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], string(want[:len(want)-1])+`,"payload_error":"JSON text: task_attempt: `) ||
+		!strings.HasSuffix(lines[0], `,"payload_text":"{\"type\":\"task_attempt\",\"status\":\"exploded\"}"}`) {
+		t.Fatalf("stdout:\n%s\nwant:\n%s + payload_error, payload_text", out, want)
 	}
 	if !strings.Contains(stderr, schemas.TopicDLQ+"/") || !strings.Contains(stderr, "@1: cannot decode") {
 		t.Fatalf("stderr does not name the undecodable message's topic/partition@offset:\n%s", stderr)
@@ -194,5 +199,124 @@ func TestConsumeConfluentFramingWithSchemaRegistry(t *testing.T) {
 		"--from-beginning", "--idle-timeout", "1s")
 	if code != 0 || out != "" || !strings.Contains(stderr, "cannot decode") {
 		t.Fatalf("without registry: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+// TestConsumeShowsDeadLetterPayload writes dead letters to a real broker as
+// the processors do and reads them with consume: an Avro payload is shown
+// decoded (payload_event, the event's JSON form) beside the raw payload, a
+// Confluent one too with --schema-registry (without: payload_error says to
+// pass it), and a payload cut short gives payload_error, with the entity
+// still named in the message.
+func TestConsumeShowsDeadLetterPayload(t *testing.T) {
+	b := testenv.Kafka(t)
+	ctx := prodCtx(t, 60*time.Second)
+	reg := producerstest.NewRegistry(t)
+	upd := producerstest.Event(schemas.TypeHarnessUpdate, 3, "p").(*schemas.HarnessUpdate)
+	updB, err := schemas.Encode(upd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := producerstest.TaskAttempt(4, "p")
+	attB, err := schemas.NewRegistry(reg.URL, nil).EncodeConfluent(ctx, att)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := func(topic string, off int64, payload []byte, ev schemas.Event) schemas.Origin {
+		return schemas.Origin{Topic: topic, Partition: 1, Offset: off, Time: producerstest.Epoch, Payload: payload, Event: ev, Project: "p"}
+	}
+	whole := schemas.NewRejected("harnessflow-process", schemas.StageSemantic, "version_chain", `from_version "h3" does not chain`,
+		origin(schemas.TopicUpdates, 5, updB, upd), 0)
+	cut := schemas.NewRejected("sink", schemas.StageDecode, schemas.CodeMalformed, "truncated",
+		origin(schemas.TopicUpdates, 6, updB[:len(updB)-10], nil), 0)
+	framed := schemas.NewRejected("sink", schemas.StageSyntax, schemas.CodeOutOfRange, "score",
+		origin(schemas.TopicAttempts, 7, attB, att), 0)
+	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if err := p.EmitSync(ctx, whole, cut, framed); err != nil {
+		t.Fatal(err)
+	}
+	consume := func(args ...string) map[string]map[string]json.RawMessage {
+		t.Helper()
+		args = append([]string{"consume", "--brokers", b.Addr(), "--topic", schemas.TopicDLQ, "--from-beginning", "--idle-timeout", "1s"}, args...)
+		code, out, stderr := prodRunCLI(t, ctx, "", args...)
+		if code != 0 || stderr != "" {
+			t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+		}
+		byID := map[string]map[string]json.RawMessage{}
+		for _, l := range consumeLines(out) {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("not a JSON object: %v\n%s", err, l)
+			}
+			var id string
+			json.Unmarshal(m["event_id"], &id)
+			byID[id] = m
+		}
+		if len(byID) != 3 {
+			t.Fatalf("%d dead letters printed, want 3:\n%s", len(byID), out)
+		}
+		return byID
+	}
+	str := func(raw json.RawMessage) string {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			t.Fatalf("not a string: %s", raw)
+		}
+		return s
+	}
+	wantJSON := func(ev schemas.Event) string {
+		j, err := schemas.MarshalJSON(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(j)
+	}
+
+	got := consume("--schema-registry", reg.URL)
+	w := got[whole.EventID]
+	if string(w["payload_event"]) != wantJSON(upd) || w["payload_error"] != nil {
+		t.Fatalf("Avro payload: payload_event %s, payload_error %s; want %s", w["payload_event"], w["payload_error"], wantJSON(upd))
+	}
+	var ev struct {
+		Type      string `json:"type"`
+		UpdateID  string `json:"update_id"`
+		CellID    string `json:"cell_id"`
+		Artifacts []struct {
+			Name string `json:"name"`
+		} `json:"artifacts"`
+	}
+	if err := json.Unmarshal(w["payload_event"], &ev); err != nil || ev.Type != "harness_update" || ev.UpdateID != upd.UpdateID ||
+		ev.CellID != upd.CellID || len(ev.Artifacts) != 1 || ev.Artifacts[0].Name != upd.Artifacts[0].Name {
+		t.Fatalf("payload_event fields %+v (%v)", ev, err)
+	}
+	if raw := str(w["payload"]); raw != base64.StdEncoding.EncodeToString(updB) {
+		t.Fatalf("the raw payload is not kept: %q", raw)
+	}
+	entity := "update " + upd.UpdateID + " (cell " + upd.CellID + "): "
+	if msg := str(w["message"]); !strings.HasPrefix(msg, entity+"from_version") {
+		t.Fatalf("message %q does not name the update", msg)
+	}
+	c := got[cut.EventID]
+	if c["payload_event"] != nil || !strings.Contains(str(c["payload_error"]), "harness_update") || c["payload"] == nil {
+		t.Fatalf("cut payload: payload_event %s, payload_error %s", c["payload_event"], c["payload_error"])
+	}
+	if msg := str(c["message"]); msg != entity+"truncated" {
+		t.Fatalf("cut payload: message %q, want %q", msg, entity+"truncated")
+	}
+	if f := got[framed.EventID]; string(f["payload_event"]) != wantJSON(att) {
+		t.Fatalf("Confluent payload with the registry: payload_event %s, payload_error %s", f["payload_event"], f["payload_error"])
+	}
+
+	// Without the registry the Confluent payload is explained, not decoded.
+	got = consume()
+	if f := got[framed.EventID]; f["payload_event"] != nil || !strings.Contains(str(f["payload_error"]), "--schema-registry") {
+		t.Fatalf("Confluent payload without the registry: payload_event %s, payload_error %s", f["payload_event"], f["payload_error"])
+	}
+	if string(got[whole.EventID]["payload_event"]) != wantJSON(upd) {
+		t.Fatal("the Avro payload is not decoded without a registry")
 	}
 }
