@@ -59,7 +59,9 @@
 // Validation, in stages, each rejection a schemas.Rejected in hf.dlq (key:
 // source topic; event_id: schemas.DeriveEventID over source topic,
 // partition and offset; event_time: the message timestamp; payload capped at
-// Config.DLQPayloadCap):
+// Config.DLQPayloadCap; message: why, after the entity the input is about,
+// from the event or the payload's readable prefix, "update u-17 (cell c-3):
+// from_version ..." (schemas.NewRejected)):
 //
 //   - limit: the message is over Limits.Event (payload_too_large);
 //   - decode: schemas.Decode fails (malformed, unknown_fingerprint,
