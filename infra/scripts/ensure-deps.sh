@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what harnessflow's local runs and tests need when it is missing:
 # Debian's clickhouse-server (and client), and with --test also chromium (the
-# HTML report's render test) and chDB, ClickHouse 26.7 as a library that the
-# tests load in-process (internal/chdb; npm's @chdb/lib-linux-x64-gnu into the
-# user's cache, Debian's npm first if there is no npm). Used by `make test`,
-# `make demo` and .ci/run. Without root it prints the commands that do the
-# install.
+# HTML report's render test), Debian's prometheus (promtool and prometheus,
+# for infra/prometheus's and infra/grafana's tests) and chDB, ClickHouse 26.7
+# as a library that the tests load in-process (internal/chdb; npm's
+# @chdb/lib-linux-x64-gnu into the user's cache, Debian's npm first if there
+# is no npm). Used by `make test`, `make demo` and .ci/run. Without root it
+# prints the commands that do the install.
 set -euo pipefail
 
 # Keep in step with LibraryVersion in internal/chdb (a test checks).
@@ -23,6 +24,7 @@ command -v clickhouse-client >/dev/null 2>&1 || command -v clickhouse >/dev/null
 need_chdb=0
 if [ "${1:-}" = "--test" ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+  { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || missing+=(prometheus)
   # HF_CHDB_LIBRARY names a libchdb.so of the user's own; else the pinned
   # version must be in the cache (an older one there is replaced).
   if [ -z "${HF_CHDB_LIBRARY:-}" ] &&
@@ -57,8 +59,12 @@ echo "installing ${missing[*]} (Debian packages)" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# The package starts a system service on some images; harnessflow runs its own
-# server processes, so stop it to free the default ports.
-if command -v service >/dev/null 2>&1; then service clickhouse-server stop >/dev/null 2>&1 || true; fi
+# The packages start system services on some images; harnessflow runs its own
+# server processes (the tests their own Prometheus on a free port), so stop
+# them to free the default ports (ClickHouse's, Prometheus's 9090).
+if command -v service >/dev/null 2>&1; then
+  service clickhouse-server stop >/dev/null 2>&1 || true
+  service prometheus stop >/dev/null 2>&1 || true
+fi
 if [ "$need_chdb" = 1 ]; then install_chdb; fi
 exit 0
