@@ -169,12 +169,12 @@ func PayloadEntity(topic string, b []byte) string {
 func partialEvent(topic string, b []byte) Event {
 	switch {
 	case len(b) >= 10 && b[0] == SingleObjectMagic[0] && b[1] == SingleObjectMagic[1]:
-		if ev, err := Decode(b); err == nil {
-			return ev
-		}
+		// The ids lead every schema: no need to decode a whole (perhaps
+		// oversized) message. An older version decodes whole.
 		if sv := byFingerprint[binary.LittleEndian.Uint64(b[2:10])]; sv != nil {
 			if !sv.current {
-				return nil
+				ev, _ := Decode(b)
+				return ev
 			}
 			return partialAvro(sv.info, b[10:])
 		}
@@ -265,7 +265,11 @@ func readScalar(r *reader, f *field, ev Event) bool {
 		if v := r.int(); r.err == "" {
 			*f.i32(ev) = v
 		}
-	case kLong, kTime:
+	case kLong:
+		if v := r.long(); r.err == "" {
+			*f.i64(ev) = v
+		}
+	case kTime:
 		r.long()
 	case kDouble:
 		r.double()
