@@ -155,8 +155,9 @@ func WithEntity(name, msg string) string {
 // it carries one: every schema starts with the envelope and then the ids,
 // and a compatible new version only adds fields. A JSON object's "type" and
 // identifying fields are read up to the first syntax error (in its first
-// 64 KiB), as the topic's one event type when "type" names none. It returns Entity of what was read, or "" when nothing names an
-// entity. It never panics. Safe for concurrent use.
+// 64 KiB), as the topic's one event type when "type" names none. It returns
+// Entity of what was read, or "" when nothing names an entity. It never
+// panics. Safe for concurrent use.
 func PayloadEntity(topic string, b []byte) string {
 	ev := partialEvent(topic, b)
 	if ev == nil {
