@@ -207,6 +207,7 @@ class Client:
         self._close_raised = False
         self._abort = threading.Event()  # close ran out of time: stop retrying
         self._errors: List[HarnessflowError] = []
+        self._inflight = 0  # events of the batch being sent
 
         self._emitted = self._delivered = self._dropped = 0
         self._rejected = self._failed = self._requests = self._retries = 0
@@ -350,11 +351,17 @@ class Client:
             if n:
                 self._fail(DeliveryError(f"close: {n} event(s) not sent within {timeout}s", failed=n))
             self._thread.join(min(1.0, self._request_timeout))
+            with self._lock:
+                inflight = self._inflight if self._thread.is_alive() else 0
+            if inflight:
+                # Not counted failed: the gateway may still take them; the
+                # sender logs the outcome (and on_error sees a failure).
+                self._record(DeliveryError(
+                    f"close: a batch of {inflight} event(s) still being sent after {timeout}s; "
+                    "its outcome is logged on the harnessflow logger", failed=inflight))
         with self._lock:
             self._close_raised = True
         _live.discard(self)
-        if self._conn is not None and not self._thread.is_alive():
-            self._conn.close()
         self._raise_errors()
 
     def stats(self) -> Stats:
@@ -401,7 +408,12 @@ class Client:
             with self._lock:
                 batch = self._take()
             if batch is None:
+                if self._conn is not None:  # the sender owns the connection
+                    self._conn.close()
+                    self._conn = None
                 return
+            with self._lock:
+                self._inflight = len(batch)
             try:
                 self._deliver([item[1] for item in batch])
             except Exception as exc:  # noqa: BLE001 - a bug here must surface, not kill the thread
@@ -410,6 +422,7 @@ class Client:
                 self._fail(err)
             with self._lock:
                 self._done_seq = batch[-1][0]
+                self._inflight = 0
                 self._done.notify_all()
 
     def _take(self) -> Optional[List[_Item]]:
