@@ -31,12 +31,12 @@ func rejectedLine(ctx context.Context, decode decodeFunc, r *schemas.Rejected) (
 	if err != nil {
 		return nil, err
 	}
-	return appendPayload(line[:len(line)-1], ctx, decode, r.Payload), nil
+	return appendPayload(ctx, line[:len(line)-1], decode, r.Payload), nil
 }
 
 // appendPayload appends the payload members of rejectedLine and the closing
 // brace to b, an open JSON object.
-func appendPayload(b []byte, ctx context.Context, decode decodeFunc, payload []byte) []byte {
+func appendPayload(ctx context.Context, b []byte, decode decodeFunc, payload []byte) []byte {
 	ev, err := decodePayload(ctx, decode, payload)
 	var evJSON []byte
 	if err == nil {
