@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -25,6 +26,7 @@ type composeService struct {
 	Profiles    []string       `yaml:"profiles"`
 	Restart     string         `yaml:"restart"`
 	DependsOn   map[string]any `yaml:"depends_on"`
+	Volumes     []string       `yaml:"volumes"`
 }
 
 type composeBuild struct {
@@ -55,7 +57,7 @@ func loadCompose(t *testing.T) composeFile {
 func TestComposeCommands(t *testing.T) {
 	c := loadCompose(t)
 	want := map[string]bool{"kafka1": true, "kafka2": true, "kafka3": true, "clickhouse": true,
-		"processor1": true, "processor2": true, "sink": true, "trainer": true, "ingest": true}
+		"processor1": true, "processor2": true, "sink": true, "trainer": true, "ingest": true, "prometheus": true, "grafana": true}
 	for name := range want {
 		if _, ok := c.Services[name]; !ok {
 			t.Errorf("service %s missing", name)
@@ -77,7 +79,8 @@ func TestComposeCommands(t *testing.T) {
 			t.Errorf("%s: long-running service without a health check", name)
 		}
 		if s.Build == nil {
-			if !strings.HasPrefix(s.Image, "apache/kafka:3.") && !strings.HasPrefix(s.Image, "clickhouse/clickhouse-server:26.8") {
+			if !strings.HasPrefix(s.Image, "apache/kafka:3.") && !strings.HasPrefix(s.Image, "clickhouse/clickhouse-server:26.8") &&
+				!strings.HasPrefix(s.Image, "prom/prometheus:v3.") && !strings.HasPrefix(s.Image, "grafana/grafana:11.") {
 				t.Errorf("%s: unexpected image %q", name, s.Image)
 			}
 			continue
@@ -141,5 +144,125 @@ func TestDockerfileBuildsTheBinary(t *testing.T) {
 				t.Errorf("FROM %s names a registry host", f[1])
 			}
 		}
+	}
+}
+
+// mounts returns a service's bind mounts: container path -> host path
+// (relative to the repository root, without "./").
+func mounts(s composeService) map[string]string {
+	out := map[string]string{}
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && strings.HasPrefix(parts[0], "./") {
+			out[parts[1]] = strings.TrimPrefix(parts[0], "./")
+		}
+	}
+	return out
+}
+
+// TestComposeMonitoring checks the prometheus and grafana services against
+// the files they mount: Prometheus reads infra/prometheus/prometheus.yml,
+// which scrapes every harnessflow service that serves /metrics (--listen)
+// on its port and nothing else; Grafana provisions infra/grafana, whose
+// dashboards folder is mounted where its provider looks, and whose data
+// sources name compose services.
+func TestComposeMonitoring(t *testing.T) {
+	c := loadCompose(t)
+	root := repoRoot(t)
+	prom, graf := c.Services["prometheus"], c.Services["grafana"]
+	if m := mounts(prom); m["/etc/prometheus"] != "infra/prometheus" {
+		t.Errorf("prometheus mounts %v, want ./infra/prometheus at /etc/prometheus", m)
+	}
+	if !strings.Contains(strings.Join(prom.Command, " "), "--config.file=/etc/prometheus/prometheus.yml") {
+		t.Errorf("prometheus command %q does not read /etc/prometheus/prometheus.yml", prom.Command)
+	}
+
+	// What prometheus.yml scrapes against what the services serve.
+	data, err := os.ReadFile(filepath.Join(root, "infra", "prometheus", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(data, &pc); err != nil {
+		t.Fatal(err)
+	}
+	scraped := map[string]string{} // host:port -> job
+	for _, sc := range pc.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, tg := range st.Targets {
+				scraped[tg] = sc.JobName
+			}
+		}
+	}
+	serving := map[string]string{} // host:port -> service
+	for name, s := range c.Services {
+		if s.Build == nil || s.Restart == "no" || len(s.Profiles) > 0 {
+			continue
+		}
+		for i, a := range s.Command {
+			if a == "--listen" && i+1 < len(s.Command) {
+				_, port, _ := strings.Cut(s.Command[i+1], ":")
+				serving[name+":"+port] = name
+			}
+		}
+	}
+	for addr, name := range serving {
+		if _, ok := scraped[addr]; !ok {
+			t.Errorf("%s serves /metrics on %s, which prometheus.yml does not scrape", name, addr)
+		}
+	}
+	for addr, job := range scraped {
+		if _, ok := serving[addr]; !ok {
+			t.Errorf("prometheus.yml job %s scrapes %s, which no harnessflow service serves", job, addr)
+		}
+	}
+
+	m := mounts(graf)
+	if m["/etc/grafana/provisioning"] != "infra/grafana/provisioning" || m["/var/lib/grafana/dashboards"] != "infra/grafana/dashboards" {
+		t.Errorf("grafana mounts %v, want infra/grafana/provisioning and infra/grafana/dashboards", m)
+	}
+	for _, p := range m {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("grafana mounts %s: %v", p, err)
+		}
+	}
+	data, err = os.ReadFile(filepath.Join(root, "infra", "grafana", "provisioning", "dashboards", "harnessflow.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "path: /var/lib/grafana/dashboards") {
+		t.Error("the dashboards provider does not read /var/lib/grafana/dashboards, where compose mounts them")
+	}
+	data, err = os.ReadFile(filepath.Join(root, "infra", "grafana", "provisioning", "datasources", "harnessflow.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds struct {
+		Datasources []struct {
+			URL      string         `yaml:"url"`
+			JSONData map[string]any `yaml:"jsonData"`
+		} `yaml:"datasources"`
+	}
+	if err := yaml.Unmarshal(data, &ds); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds.Datasources {
+		host, _ := d.JSONData["host"].(string)
+		if d.URL != "" {
+			host, _, _ = strings.Cut(strings.TrimPrefix(d.URL, "http://"), ":")
+		}
+		if _, ok := c.Services[host]; !ok {
+			t.Errorf("grafana data source names host %q, no compose service", host)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(graf.Environment["GF_INSTALL_PLUGINS"]), "grafana-clickhouse-datasource") {
+		t.Error("grafana does not install grafana-clickhouse-datasource")
 	}
 }
