@@ -64,12 +64,14 @@ def expect_absent(event_ids: Iterable[str]) -> None:
 class FaultProxy:
     """A local HTTP server in front of the gateway, for the client's retry and
     queue logic: each request takes the next action of ``script`` (the last
-    one repeats): "503" answers 503 without forwarding, "hold" waits for
-    release() and then forwards, "forward" forwards to the gateway."""
+    one repeats): a status ("503", "429") is answered without forwarding
+    (with Retry-After: retry_after when given), "hold" waits for release()
+    and then forwards, "forward" forwards to the gateway."""
 
-    def __init__(self, upstream: str, script: List[str]) -> None:
+    def __init__(self, upstream: str, script: List[str], retry_after: str = "") -> None:
         self.upstream = urlsplit(upstream)
         self.script = list(script)
+        self.retry_after = retry_after
         self.lock = threading.Lock()
         self.actions: List[str] = []
         self.sizes: List[int] = []
@@ -90,8 +92,8 @@ class FaultProxy:
                     action = proxy.script[min(i, len(proxy.script) - 1)]
                     proxy.actions.append(action)
                     proxy.sizes.append(len(body))
-                if action == "503":
-                    self._answer(503, b'{"error":"injected fault"}\n')
+                if action.isdigit():
+                    self._answer(int(action), b'{"error":"injected fault"}\n', proxy.retry_after)
                     return
                 if action == "hold":
                     proxy.held.set()
@@ -99,8 +101,10 @@ class FaultProxy:
                 status, data = proxy.forward(self.path, body, self.headers.get("Authorization", ""))
                 self._answer(status, data)
 
-            def _answer(self, status: int, data: bytes) -> None:
+            def _answer(self, status: int, data: bytes, retry_after: str = "") -> None:
                 self.send_response(status)
+                if retry_after:
+                    self.send_header("Retry-After", retry_after)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -44,8 +44,8 @@ class LiveTest(unittest.TestCase):
         for p in self.proxies:
             p.close()
 
-    def proxy(self, *script: str) -> FaultProxy:
-        p = FaultProxy(self.url, list(script))
+    def proxy(self, *script: str, retry_after: str = "") -> FaultProxy:
+        p = FaultProxy(self.url, list(script), retry_after)
         self.proxies.append(p)
         return p
 
@@ -180,6 +180,26 @@ class TestRetries(LiveTest):
         c.close()
         expect_delivered(eids)
 
+    def test_retry_on_429_after_retry_after(self) -> None:
+        p = self.proxy("429", "forward", retry_after="1")
+        eids = ids("ratelimit", 1)
+        c = harnessflow.Client(p.url, token=self.token, backoff_initial=0.01, backoff_max=0.3)
+        c.emit(attempt(eids[0]))
+        start = time.monotonic()
+        c.close()
+        # Retry-After (1 s) raises the delay, up to backoff_max.
+        self.assertGreaterEqual(time.monotonic() - start, 0.29)
+        self.assertEqual((p.count("429"), c.stats().delivered), (1, 1))
+        expect_delivered(eids)
+
+    def test_500_not_retried(self) -> None:
+        p = self.proxy("500")
+        c = harnessflow.Client(p.url, token=self.token)
+        c.emit(attempt("server-error"))
+        with self.assertRaises(harnessflow.DeliveryError) as cm:
+            c.close()
+        self.assertEqual((cm.exception.status, cm.exception.attempts, p.count("500")), (500, 1, 1))
+
     def test_retries_bounded_by_deadline(self) -> None:
         p = self.proxy("503")
         eids = ids("deadline", 2)
@@ -207,6 +227,20 @@ class TestRetries(LiveTest):
         self.assertIsNone(cm.exception.status)
         self.assertIsInstance(cm.exception.__cause__, ConnectionError)
         self.assertGreater(cm.exception.attempts, 1)
+
+
+class TestBackoff(unittest.TestCase):
+    def test_full_jitter_bounds(self) -> None:
+        c = harnessflow.Client("http://127.0.0.1:9", token="t", backoff_initial=0.1, backoff_max=1.0)
+        try:
+            for n, cap in ((1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (40, 1.0)):
+                delays = [c._backoff(n, None) for _ in range(200)]
+                self.assertTrue(all(0 <= d <= cap for d in delays), (n, max(delays)))
+                self.assertLess(min(delays), cap / 2)  # jitter spreads them from 0
+            self.assertTrue(all(0.5 <= c._backoff(1, 0.5) <= 1.0 for _ in range(50)))
+            self.assertTrue(all(c._backoff(1, 30) == 1.0 for _ in range(50)))  # capped by backoff_max
+        finally:
+            c.close()
 
 
 class TestQueuePolicy(LiveTest):
