@@ -211,3 +211,45 @@ func compact(s []string) []string {
 	}
 	return out
 }
+
+// TestEveryAlertHasARunbook: every alert links its section of
+// docs/operations.md, and the section exists.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	b, err := os.ReadFile("rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &rf); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			if want := "docs/operations.md#" + strings.ToLower(r.Alert); r.Annotations["runbook"] != want {
+				t.Errorf("%s: runbook %q, want %q", r.Alert, r.Annotations["runbook"], want)
+			}
+			if !strings.Contains(string(doc), "\n### "+r.Alert+"\n") {
+				t.Errorf("docs/operations.md has no section ### %s", r.Alert)
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("%d alerts", n)
+	}
+}
