@@ -355,7 +355,7 @@ class Client:
                 inflight = self._inflight if self._thread.is_alive() else 0
             if inflight:
                 # Not counted failed: the gateway may still take them; the
-                # sender logs the outcome (and on_error sees a failure).
+                # sender logs a failure and passes it to on_error.
                 self._record(DeliveryError(
                     f"close: a batch of {inflight} event(s) still being sent after {timeout}s; "
                     "its outcome is logged on the harnessflow logger", failed=inflight))
