@@ -196,7 +196,7 @@ func countSpans(req *coltrace.ExportTraceServiceRequest) int {
 
 // rejectMessage joins the first maxRejectMessages rejections.
 func rejectMessage(rejected []string) string {
-	msg := fmt.Sprintf("%d spans rejected (see docs/otlp.md for the mapping): ", len(rejected))
+	msg := fmt.Sprintf("%d spans rejected (an event field F comes from the span attribute harnessflow.F, the tokens from gen_ai.usage.*: see docs/otlp.md): ", len(rejected))
 	if len(rejected) > maxRejectMessages {
 		return msg + strings.Join(rejected[:maxRejectMessages], "; ") + fmt.Sprintf("; and %d more", len(rejected)-maxRejectMessages)
 	}

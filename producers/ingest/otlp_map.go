@@ -404,7 +404,7 @@ func parseMapped(obj map[string]any, lim schemas.Limits) (schemas.Event, error) 
 	}
 	ev, err := schemas.ParseJSON(b, lim)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", obj["type"], err)
+		return nil, err // a *FieldError, or several, each naming type and field
 	}
 	return ev, nil
 }

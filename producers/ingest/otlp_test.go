@@ -344,6 +344,7 @@ func TestOTLPMapsSpans(t *testing.T) {
 				t.Fatalf("code %d: %s", code, b)
 			}
 			ps := exportResponse(t, c.contentType, hdr, b).GetPartialSuccess()
+			t.Logf("partial success: %v", ps)
 			if ps.GetRejectedSpans() != sampleRejected {
 				t.Errorf("rejected_spans %d, want %d (%q)", ps.GetRejectedSpans(), sampleRejected, ps.GetErrorMessage())
 			}
