@@ -45,7 +45,13 @@ func (f *frontier) get(p int) int64 {
 // where that is further, raised to the log start. Samples read but waiting
 // for their batch count as lag. A failed poll keeps the last figures.
 func (t *Trainer) pollLag(ctx context.Context) {
+	// A transport of its own: polls keep no connections in the pool that
+	// the process's writers share (kafka.DefaultTransport), which made a
+	// writer's first produce after a broker restart fail on a stale one.
+	transport := &kafka.Transport{}
+	defer transport.CloseIdleConnections()
 	client := kafkax.NewClient(t.cfg.Brokers)
+	client.Transport = transport
 	tick := time.NewTicker(t.cfg.LagInterval)
 	defer tick.Stop()
 	for {

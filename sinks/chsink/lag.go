@@ -17,7 +17,13 @@ import (
 // aggregate with max by (group, topic, partition). A failed poll (a broker
 // restart) keeps the last figures and is logged at debug level.
 func (s *Sink) pollLag(ctx context.Context) {
+	// A transport of its own: polls keep no connections in the pool that
+	// the process's writers share (kafka.DefaultTransport), which made a
+	// writer's first produce after a broker restart fail on a stale one.
+	transport := &kafka.Transport{}
+	defer transport.CloseIdleConnections()
 	client := kafkax.NewClient(s.cfg.Brokers)
+	client.Transport = transport
 	tick := time.NewTicker(s.cfg.LagInterval)
 	defer tick.Stop()
 	for {
