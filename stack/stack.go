@@ -88,7 +88,7 @@ func (c *Config) setDefaults() {
 		c.BrokerListen = kafkax.DefaultBrokers
 	}
 	if c.IngestListen == "" {
-		c.IngestListen = "127.0.0.1:8080"
+		c.IngestListen = ingest.DefaultConfig().Listen
 	}
 	if c.TrainerListen == "" {
 		c.TrainerListen = trainer.DefaultConfig().Listen
@@ -262,15 +262,15 @@ func (s *Stack) Run(ctx context.Context) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(cctx)
-	metricsReady := make(chan string, 1)
 	handed = true
-	g.Go(func() error { return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil, obs.WithReady(s.ready)), metricsReady) })
+	ep.MetricsURL = "http://" + metricsLn.Addr().String() + "/metrics"
+	g.Go(func() error { return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil, obs.WithReady(s.ready))) })
 	g.Go(func() error { return named("processors", proc.Run(gctx)) })
 	g.Go(func() error { return named("sink", sink.Run(gctx)) })
 	g.Go(func() error { return named("trainer", tr.Run(gctx)) })
 	g.Go(func() error { return named("ingest", gw.Run(gctx)) })
 
-	waitErr := waitUp(gctx, g, &ep, metricsReady, tr, gw)
+	waitErr := waitUp(gctx, g, &ep, tr, gw)
 	if waitErr != nil {
 		return waitErr
 	}
@@ -350,13 +350,7 @@ func (s *Stack) migrate(ctx context.Context, chAddr string) error {
 // waitUp waits until the metrics endpoint, the trainer and the ingest
 // gateway serve, filling in their URLs, or returns the group's error when a
 // component fails first.
-func waitUp(gctx context.Context, g *errgroup.Group, ep *Endpoints, metricsReady <-chan string, tr *trainer.Trainer, gw *ingest.Server) error {
-	select {
-	case addr := <-metricsReady:
-		ep.MetricsURL = "http://" + addr + "/metrics"
-	case <-gctx.Done():
-		return g.Wait()
-	}
+func waitUp(gctx context.Context, g *errgroup.Group, ep *Endpoints, tr *trainer.Trainer, gw *ingest.Server) error {
 	select {
 	case <-tr.Ready():
 		ep.TrainerURL = "http://" + tr.Addr() + "/v1/score"

@@ -45,7 +45,7 @@ func (t *Trainer) serveHTTP(ctx context.Context) error {
 	}
 	addr := ln.Addr().String()
 	t.markReady(addr)
-	if err := obs.ServeListener(ctx, ln, t.Handler(), nil); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := obs.ServeListener(ctx, ln, t.Handler()); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http %s: %w", addr, err)
 	}
 	return nil

@@ -22,7 +22,12 @@ line (# comments and blank lines allowed); an event's project must be the token'
 (an event without one gets it). Answers: 202 {"accepted": N} once the brokers
 acknowledged every event; 400 with [{index, error}] when any event is invalid
 (nothing of the request is produced); 401 without a known token; 403 on a project
-mismatch; 413 above --max-body. Also serves /healthz and /metrics.`,
+mismatch; 413 above --max-body.
+
+It also serves POST /v1/traces, an OTLP/HTTP trace receiver (protobuf or JSON,
+gzip allowed, the same tokens): invoke_agent spans become task_attempt events and
+skill-loading tool spans skill_event events (docs/otlp.md has the mapping); and
+/healthz, /readyz and /metrics.`,
 		Example: "  harnessflow ingest --brokers 127.0.0.1:9092 --listen 127.0.0.1:8080 --tokens tokens.txt\n" +
 			"  curl -H 'Authorization: Bearer T' --data-binary @events.ndjson http://127.0.0.1:8080/v1/events",
 		Args: cobra.NoArgs,
@@ -42,11 +47,12 @@ mismatch; 413 above --max-body. Also serves /healthz and /metrics.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP host:port to listen on")
+	d := ingest.DefaultConfig()
+	f.StringVar(&cfg.Listen, "listen", d.Listen, "HTTP host:port to listen on")
 	f.StringVar(&cfg.TokensFile, "tokens", "", "file of \"TOKEN PROJECT\" lines (required)")
-	f.Int64Var(&cfg.MaxBody, "max-body", 8<<20, "largest request body in bytes")
-	f.IntVar(&cfg.MaxEvents, "max-events", 10000, "most events in one request")
-	f.DurationVar(&cfg.DeliveryTimeout, "delivery-timeout", 0, "how long a request waits for acknowledgement (0: 30s)")
+	f.Int64Var(&cfg.MaxBody, "max-body", d.MaxBody, "largest request body in bytes")
+	f.IntVar(&cfg.MaxEvents, "max-events", d.MaxEvents, "most events in one request")
+	f.DurationVar(&cfg.DeliveryTimeout, "delivery-timeout", d.DeliveryTimeout, "how long a request waits for acknowledgement")
 	f.Int64Var(&cfg.MaxInflight, "max-inflight-bytes", 0, "body bytes of the requests handled at once; past it a request gets 503 with Retry-After at once (0: 8 x --max-body)")
 	return cmd
 }

@@ -30,7 +30,7 @@ func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) 
 	fs.DurationVar(&cfg.FetchWait, "fetch-wait", d.FetchWait, "how long a fetch of an empty partition waits at the broker: how soon a drained sibling is seen at its end again for --merge-idle, and the pace of idle partitions' timeouts")
 	fs.DurationVar(&cfg.FinishHold, "finish-hold", d.FinishHold, "hold each cell_finished this long (log clock, or wall clock when idle) so late updates and judgments of the cell are admitted before it (negative: off)")
 	fs.DurationVar(&cfg.MergeIdle, "merge-idle", d.MergeIdle, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
-	fs.StringVar(&cfg.Listen, "listen", "", "serve /metrics and /healthz on this address (empty: none)")
+	fs.StringVar(&cfg.Listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (empty: none)")
 }
 
 func runProcessor(cmd *cobra.Command, cfg processors.Config, brokers string, component string) error {

@@ -31,8 +31,8 @@ on event id and the analyst views read deduplicated data. When ClickHouse is
 down it stops fetching, retries, and resumes with nothing lost. Undecodable
 messages become rows of rejected_events (stage decode).
 
-It applies the schema migrations at start, serves /metrics and /healthz on
---listen, and on SIGINT/SIGTERM flushes what it buffered and commits.`,
+It applies the schema migrations at start, serves /metrics, /healthz and /readyz
+on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits.`,
 		Example: "  harnessflow sink --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,7 +49,7 @@ It applies the schema migrations at start, serves /metrics and /healthz on
 			defer cancel()
 			httpDone := make(chan error, 1)
 			go func() {
-				err := obs.Serve(ctx, listen, obs.Mux(reg, nil), nil)
+				err := obs.Serve(ctx, listen, obs.Mux(reg, nil, obs.WithReady(s.Ready())))
 				if err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error().Err(err).Str("listen", listen).Msg("metrics endpoint failed")
 				}
@@ -69,7 +69,7 @@ It applies the schema migrations at start, serves /metrics and /healthz on
 	cmd.Flags().StringVar(&addr, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol host:port")
 	cmd.Flags().StringVar(&database, "database", d.Database, "ClickHouse database")
 	cmd.Flags().StringVar(&group, "group", d.Group, "Kafka consumer group")
-	cmd.Flags().StringVar(&listen, "listen", obs.DefaultListen, "host:port for /metrics and /healthz")
+	cmd.Flags().StringVar(&listen, "listen", obs.DefaultListen, "host:port for /metrics, /healthz and /readyz")
 	cmd.Flags().IntVar(&maxRows, "max-rows", d.MaxRows, "rows per insert at most (per table)")
 	cmd.Flags().IntVar(&maxBytes, "max-bytes", d.MaxBytes, "message bytes per insert at most (per table)")
 	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old")

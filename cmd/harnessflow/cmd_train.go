@@ -75,7 +75,7 @@ POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std
 	f.StringVar(&cfg.ClickHouse, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol host:port (trainer_steps)")
 	f.StringVar(&cfg.Database, "database", d.Database, "ClickHouse database")
 	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "directory for checkpoints (required)")
-	f.StringVar(&cfg.Listen, "listen", d.Listen, "HTTP address for /v1/score, /healthz, /metrics (off disables)")
+	f.StringVar(&cfg.Listen, "listen", d.Listen, "HTTP address for /v1/score, /healthz, /readyz, /metrics (off disables)")
 	f.StringVar(&cfg.Device, "device", d.Device, "compute backend: auto, cpu or cuda")
 	f.StringVar(&cfg.Group, "group", d.Group, "Kafka consumer group")
 	f.IntVar(&cfg.BatchSize, "batch-size", d.BatchSize, "samples per step")

@@ -90,7 +90,7 @@ report once ClickHouse holds every figure.`,
 	f.StringVar(&cfg.Database, "database", d.Database, "ClickHouse database")
 	f.StringVar(&cfg.IngestListen, "ingest-listen", d.IngestListen, "ingest gateway address (a free port when taken)")
 	f.StringVar(&cfg.TrainerListen, "trainer-listen", d.TrainerListen, "trainer /v1/score address (a free port when taken)")
-	f.StringVar(&cfg.MetricsListen, "metrics-listen", d.MetricsListen, "/metrics and /healthz address (a free port when taken)")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", d.MetricsListen, "/metrics, /healthz and /readyz address (a free port when taken)")
 	f.StringVar(&cfg.Device, "device", d.Device, "trainer compute device: auto, cpu or cuda")
 	f.StringVar(&cfg.Project, "project", d.Project, "project of the generated ingest token")
 	f.BoolVar(&demo, "demo", false, "also send a simulated campaign and print its report when processed")

@@ -105,14 +105,15 @@ func Mux(g prometheus.Gatherer, health func() error, opts ...MuxOption) *http.Se
 	return mux
 }
 
-// Serve listens on addr and serves h until ctx ends, then shuts down within 5 s.
-// The bound address (useful with port 0) is sent on ready when it is non-nil.
-func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- string) error {
+// Serve listens on addr and serves h until ctx ends, then shuts down within
+// 5 s. A caller that needs the bound address (port 0) binds the listener
+// itself and calls ServeListener.
+func Serve(ctx context.Context, addr string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	return ServeListener(ctx, ln, h, ready)
+	return ServeListener(ctx, ln, h)
 }
 
 // ServeListener is Serve on a listener the caller bound (and hands over: it
@@ -120,18 +121,15 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- string
 // checked binds it and passes the listener, instead of closing a probe and
 // binding again: between the two, any outgoing connection may be given the
 // port as its source port.
-func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, ready chan<- string) error {
-	return ServeListenerGrace(ctx, ln, h, ready, 5*time.Second)
+func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
+	return ServeListenerGrace(ctx, ln, h, 5*time.Second)
 }
 
 // ServeListenerGrace is ServeListener giving the requests in flight when
 // ctx ends up to grace to finish (ServeListener gives 5 s): a handler that
 // may rightly wait longer (ingest waits for the brokers' acknowledgement)
 // is not cut off by a clean stop, which would then end in an error.
-func ServeListenerGrace(ctx context.Context, ln net.Listener, h http.Handler, ready chan<- string, grace time.Duration) error {
-	if ready != nil {
-		ready <- ln.Addr().String()
-	}
+func ServeListenerGrace(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

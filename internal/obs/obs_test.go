@@ -96,7 +96,7 @@ func TestServeGraceLetsRequestsInFlightFinish(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			served := make(chan error, 1)
-			go func() { served <- ServeListenerGrace(ctx, ln, h, nil, c.grace) }()
+			go func() { served <- ServeListenerGrace(ctx, ln, h, c.grace) }()
 			answered := make(chan int, 1)
 			go func() {
 				resp, err := http.Post("http://"+addr+"/", "text/plain", nil)

@@ -67,6 +67,14 @@ type Config struct {
 	Limits schemas.Limits
 }
 
+// DefaultConfig is the configuration New fills in for the fields left zero
+// (MaxInflight follows MaxBody: 8 x MaxBody).
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
@@ -220,31 +228,21 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	addrc := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		ln := s.ln
-		if ln == nil {
-			var err error
-			if ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
-				errc <- err
-				return
-			}
+	ln := s.ln
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+			return fmt.Errorf("ingest listen on %s: %w", s.cfg.Listen, err)
 		}
-		// A request in flight at a stop waits for its acknowledgement up to
-		// DeliveryTimeout: it gets that long to answer (202 or 503) before
-		// the server closes, so a clean stop ends cleanly.
-		errc <- obs.ServeListenerGrace(ctx, ln, s.Handler(), addrc, s.cfg.DeliveryTimeout+5*time.Second)
-	}()
-	select {
-	case a := <-addrc:
-		s.addr.Store(a)
-		close(s.ready)
-		s.log.Info().Str("addr", a).Msg("ingest listening")
-	case err := <-errc:
-		return fmt.Errorf("ingest listen on %s: %w", s.cfg.Listen, err)
 	}
-	return <-errc
+	a := ln.Addr().String()
+	s.addr.Store(a)
+	close(s.ready)
+	s.log.Info().Str("addr", a).Msg("ingest listening")
+	// A request in flight at a stop waits for its acknowledgement up to
+	// DeliveryTimeout: it gets that long to answer (202 or 503) before
+	// the server closes, so a clean stop ends cleanly.
+	return obs.ServeListenerGrace(ctx, ln, s.Handler(), s.cfg.DeliveryTimeout+5*time.Second)
 }
 
 func (s *Server) closeProducer() {
@@ -269,7 +267,7 @@ func (s *Server) Addr() string {
 // Handler returns the gateway's HTTP handler: /v1/events, /v1/traces
 // (OTLP/HTTP, see otlp.go), /healthz, /metrics.
 func (s *Server) Handler() http.Handler {
-	mux := obs.Mux(s.reg, nil)
+	mux := obs.Mux(s.reg, nil, obs.WithReady(s.ready))
 	mux.HandleFunc("/v1/events", s.handleEvents)
 	mux.HandleFunc("/v1/traces", s.handleTraces)
 	return mux

@@ -69,6 +69,10 @@ type Sink struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	// ready is closed once the sink first consumes (Ready).
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // Stats are counters of a sink's progress, safe to read while it runs.
@@ -85,7 +89,7 @@ type Stats struct {
 // New checks cfg and returns a Sink; it connects to nothing until Run.
 func New(cfg Config, opts ...Option) (*Sink, error) {
 	cfg.setDefaults()
-	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, first: map[tp]int64{}, committed: map[tp]int64{}}
+	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, first: map[tp]int64{}, committed: map[tp]int64{}, ready: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -96,6 +100,11 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 	s.m = newMetrics(s.reg)
 	return s, nil
 }
+
+// Ready is closed once the sink first consumes: ClickHouse answered, the
+// migrations are applied and its group reader runs (/readyz answers 200
+// from then on).
+func (s *Sink) Ready() <-chan struct{} { return s.ready }
 
 // Stats returns a snapshot of the counters.
 func (s *Sink) Stats() Stats {
@@ -188,6 +197,7 @@ func (s *Sink) runOnce(ctx context.Context) error {
 	defer r.Close()
 	s.log.Info().Strs("topics", s.cfg.Topics).Str("group", s.cfg.Group).Str("database", s.cfg.Database).
 		Int("max_rows", s.cfg.MaxRows).Int("max_bytes", s.cfg.MaxBytes).Dur("max_age", s.cfg.MaxAge).Msg("sink started")
+	s.readyOnce.Do(func() { close(s.ready) })
 
 	// The fetcher owns the reader's FetchMessage; the loop (consume) owns
 	// everything else.

@@ -237,6 +237,11 @@ func TestSinkWritesEveryTableAndRedeliveryChangesNoView(t *testing.T) {
 	cfg := chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "g1",
 		MaxAge: 100 * time.Millisecond}
 	s1, stop1 := runSink(t, cfg)
+	select {
+	case <-s1.Ready():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the sink is not Ready after 60 s with ClickHouse and the broker up")
+	}
 	waitFor(t, 60*time.Second, "the first sink to insert every message", func() (bool, string) {
 		st := s1.Stats()
 		return uint64(st.Rows) >= total, fmt.Sprintf("%+v of %d", st, total)

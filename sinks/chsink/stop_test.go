@@ -31,4 +31,9 @@ func TestStopWhileConnectingIsClean(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
+	select {
+	case <-s.Ready():
+		t.Error("Ready closed although ClickHouse never answered")
+	default:
+	}
 }
