@@ -114,7 +114,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(runCtx)
 	if cfg.Listen != "" && p.reg != nil {
 		g.Go(func() error {
-			err := obs.Serve(gctx, cfg.Listen, obs.Mux(p.reg, nil, obs.WithReady(p.Ready())))
+			err := obs.Serve(gctx, cfg.Listen, obs.Mux(p.reg, nil, obs.WithReady("processors", p.Ready())))
 			if err != nil && gctx.Err() == nil {
 				return fmt.Errorf("serve %s: %w", cfg.Listen, err)
 			}

@@ -60,7 +60,7 @@ func (t *Trainer) Handler() http.Handler {
 			return errors.New("restoring checkpoint")
 		}
 		return nil
-	}, obs.WithReady(t.Ready()))
+	}, obs.WithReady("trainer", t.Ready()))
 	mux.HandleFunc("/v1/score", t.handleScore)
 	return mux
 }

@@ -49,7 +49,7 @@ on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits.`,
 			defer cancel()
 			httpDone := make(chan error, 1)
 			go func() {
-				err := obs.Serve(ctx, listen, obs.Mux(reg, nil, obs.WithReady(s.Ready())))
+				err := obs.Serve(ctx, listen, obs.Mux(reg, nil, obs.WithReady("sink", s.Ready())))
 				if err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error().Err(err).Str("listen", listen).Msg("metrics endpoint failed")
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
 
+	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/processors"
 	"github.com/harnessflow/harnessflow/producers/ingest"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
@@ -68,7 +69,10 @@ func declared(t *testing.T) map[string]bool {
 		trainer.WithRegisterer(c), trainer.WithBackend(backend.NewCPU()), trainer.WithLogger(zerolog.Nop())); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"hf_ingest_events_total", "hf_process_commit_lag", "hf_sink_commit_lag", "hf_trainer_commit_lag"} {
+	// obs.Mux registers the readiness gauge of every service that serves
+	// /readyz (obs.WithReady).
+	obs.RegisterReady(c, "any", func() bool { return true })
+	for _, want := range []string{"hf_ready", "hf_ingest_events_total", "hf_process_commit_lag", "hf_sink_commit_lag", "hf_trainer_commit_lag"} {
 		if !c.names[want] {
 			t.Fatalf("capture missed %s: %v", want, c.names)
 		}

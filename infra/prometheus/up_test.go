@@ -241,6 +241,20 @@ func TestPrometheusScrapesUpAndEvaluatesTheRules(t *testing.T) {
 	})
 	t.Logf("hf:group_lag:sum groups: %s", last)
 
+	testenv.Eventually(t, 60*time.Second, `hf_ready{component="up"} == 1`, func() bool {
+		var d struct {
+			Result []struct {
+				Value [2]any `json:"value"`
+			} `json:"result"`
+		}
+		if err := api(base, "/api/v1/query?query="+url.QueryEscape(`hf_ready{component="up"}`), &d); err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprint(d.Result)
+		return len(d.Result) == 1 && d.Result[0].Value[1] == "1"
+	})
+
 	var rd rulesData
 	testenv.Eventually(t, 30*time.Second, "every rule evaluated with health ok", func() bool {
 		if err := api(base, "/api/v1/rules", &rd); err != nil {
@@ -257,7 +271,7 @@ func TestPrometheusScrapesUpAndEvaluatesTheRules(t *testing.T) {
 				}
 			}
 		}
-		return n >= 8
+		return n >= 9
 	})
 	for _, g := range rd.Groups {
 		for _, r := range g.Rules {

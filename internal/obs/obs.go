@@ -5,6 +5,7 @@ package obs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -38,15 +39,43 @@ func NewRegistry() *prometheus.Registry {
 type MuxOption func(*muxOptions)
 
 type muxOptions struct {
-	ready <-chan struct{}
+	component string
+	ready     <-chan struct{}
 }
+
+// ReadyMetric is the gauge Mux registers with WithReady: 1 while the
+// component is ready (what /readyz answers 200 for), else 0; its label
+// "component" names the component. Prometheus alerts on it
+// (infra/prometheus/rules.yml).
+const ReadyMetric = "hf_ready"
 
 // WithReady makes /readyz answer 503 "starting" until ready is closed: the
 // one readiness idiom of harnessflow's services, whose Ready method returns
 // a channel closed once they serve (connected, caught up with their
-// checkpoint, listening).
-func WithReady(ready <-chan struct{}) MuxOption {
-	return func(o *muxOptions) { o.ready = ready }
+// checkpoint, listening). When Mux's Gatherer is also a Registerer, the
+// gauge ReadyMetric{component} is registered there.
+func WithReady(component string, ready <-chan struct{}) MuxOption {
+	return func(o *muxOptions) { o.component, o.ready = component, ready }
+}
+
+// RegisterReady registers ReadyMetric{component} on r, evaluated at each
+// scrape by ready (1 when it returns true). A second registration of the same
+// component is a no-op.
+func RegisterReady(r prometheus.Registerer, component string, ready func() bool) {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: ReadyMetric,
+		Help:        "1 while the component is ready (its /readyz answers 200), else 0.",
+		ConstLabels: prometheus.Labels{"component": component}}, func() float64 {
+		if ready() {
+			return 1
+		}
+		return 0
+	})
+	if err := r.Register(g); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			panic(fmt.Sprintf("obs: register %s{component=%q}: %v", ReadyMetric, component, err))
+		}
+	}
 }
 
 // Mux returns a ServeMux with /metrics (what g gathers), /healthz (200 "ok"
@@ -66,6 +95,20 @@ func Mux(g prometheus.Gatherer, health func() error, opts ...MuxOption) *http.Se
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, ho))
+	started := func() bool {
+		if o.ready == nil {
+			return true
+		}
+		select {
+		case <-o.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	if r, ok := g.(prometheus.Registerer); ok && o.ready != nil {
+		RegisterReady(r, o.component, func() bool { return started() && (health == nil || health() == nil) })
+	}
 	check := func(w http.ResponseWriter) bool {
 		if health != nil {
 			if err := health(); err != nil {
@@ -81,13 +124,9 @@ func Mux(g prometheus.Gatherer, health func() error, opts ...MuxOption) *http.Se
 		}
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if o.ready != nil {
-			select {
-			case <-o.ready:
-			default:
-				http.Error(w, "starting", http.StatusServiceUnavailable)
-				return
-			}
+		if !started() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
 		}
 		if check(w) {
 			_, _ = w.Write([]byte("ready\n"))

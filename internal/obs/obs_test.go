@@ -48,7 +48,7 @@ func TestReadyzWaitsForReadyThenFollowsHealth(t *testing.T) {
 	var unhealthy error
 	ready := make(chan struct{})
 	reg := NewRegistry()
-	mux := Mux(prometheus.Gatherers{reg}, func() error { return unhealthy }, WithReady(ready))
+	mux := Mux(prometheus.Gatherers{reg}, func() error { return unhealthy }, WithReady("test", ready))
 	if code, body := get(t, mux, "/readyz"); code != http.StatusServiceUnavailable || body != "starting\n" {
 		t.Fatalf("/readyz before ready = %d %q, want 503 starting", code, body)
 	}
@@ -68,6 +68,39 @@ func TestReadyzWaitsForReadyThenFollowsHealth(t *testing.T) {
 	}
 	if code, body := get(t, mux, "/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 		t.Fatalf("/metrics from a Gatherers = %d", code)
+	}
+}
+
+// TestReadyGaugeFollowsReadyz: on a registry, WithReady registers
+// hf_ready{component}: 0 while starting or unhealthy, 1 when /readyz is 200;
+// a second Mux on the same registry does not panic.
+func TestReadyGaugeFollowsReadyz(t *testing.T) {
+	var unhealthy error
+	ready := make(chan struct{})
+	reg := NewRegistry()
+	health := func() error { return unhealthy }
+	mux := Mux(reg, health, WithReady("sink", ready))
+	_ = Mux(reg, health, WithReady("sink", ready))
+	gauge := func() string {
+		_, body := get(t, mux, "/metrics")
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, ReadyMetric+"{") {
+				return l
+			}
+		}
+		t.Fatalf("no %s in /metrics:\n%s", ReadyMetric, body)
+		return ""
+	}
+	if g := gauge(); g != `hf_ready{component="sink"} 0` {
+		t.Fatalf("starting: %s", g)
+	}
+	close(ready)
+	if g := gauge(); g != `hf_ready{component="sink"} 1` {
+		t.Fatalf("ready: %s", g)
+	}
+	unhealthy = errors.New("down")
+	if g := gauge(); g != `hf_ready{component="sink"} 0` {
+		t.Fatalf("unhealthy: %s", g)
 	}
 }
 

@@ -267,7 +267,7 @@ func (s *Server) Addr() string {
 // Handler returns the gateway's HTTP handler: /v1/events, /v1/traces
 // (OTLP/HTTP, see otlp.go), /healthz, /metrics.
 func (s *Server) Handler() http.Handler {
-	mux := obs.Mux(s.reg, nil, obs.WithReady(s.ready))
+	mux := obs.Mux(s.reg, nil, obs.WithReady("ingest", s.ready))
 	mux.HandleFunc("/v1/events", s.handleEvents)
 	mux.HandleFunc("/v1/traces", s.handleTraces)
 	return mux
