@@ -8,8 +8,14 @@ import (
 	"time"
 )
 
-// RecomputeChunk is how many cells one RecomputeCellScores statement covers.
+// RecomputeChunk is the most cells one RecomputeCellScores statement covers.
 const RecomputeChunk = 500
+
+// MaxStatementBytes bounds the length of every statement built from data
+// (RecomputeCellScores): half of ClickHouse's default max_query_size
+// (262144 bytes), which the server refuses past as a syntax error ("Max
+// query size exceeded", permanent: a sink would stop on it at every start).
+const MaxStatementBytes = 128 << 10
 
 // recomputeSQL writes the cell_scores rows of the listed cells ({cells})
 // from their deduplicated attempts: the cell_rates fragment, the same
@@ -41,29 +47,53 @@ FROM
 // is then what v_cell_scores would compute live. It is idempotent (a re-run
 // writes the same figures with a newer _version) and reads only the listed
 // cells' rows (task_attempts is ordered by cell_id). A cell without attempts
-// gets no row. Duplicate and empty ids are ignored.
+// gets no row. Duplicate and empty ids are ignored. The cells are split over
+// statements of at most RecomputeChunk cells and MaxStatementBytes bytes; an
+// id whose quoted literal alone would not fit (over ~126 KiB: no valid event
+// has one, schemas caps ids at 256 bytes) is skipped and its cell keeps its
+// old summary.
 func RecomputeCellScores(ctx context.Context, s Session, database string, cellIDs []string) error {
 	if strings.TrimSpace(database) == "" {
 		return ErrNoDatabase
 	}
-	ids := uniqueSorted(cellIDs)
 	q := QuoteIdent(database)
-	for i := 0; i < len(ids); i += RecomputeChunk {
-		chunk := ids[i:min(i+RecomputeChunk, len(ids))]
-		lits := make([]string, len(chunk))
-		for j, id := range chunk {
-			lits[j] = QuoteString(id)
-		}
+	for _, lits := range recomputeChunks(uniqueSorted(cellIDs), len(recomputeSQL)+len(q)+64) {
 		// The version is taken before the statement reads: a recomputation
 		// that started later (and so saw at least as many rows) wins.
 		// One pass over the template: a cell id holding "{db}" stays as it is.
 		stmt := strings.NewReplacer(DBPlaceholder, q, "{version}", strconv.FormatInt(time.Now().UnixNano(), 10),
 			"{cells}", strings.Join(lits, ", ")).Replace(recomputeSQL)
 		if err := s.Exec(ctx, stmt); err != nil {
-			return &RecomputeError{Cells: len(chunk), Err: err}
+			return &RecomputeError{Cells: len(lits), Err: err}
 		}
 	}
 	return nil
+}
+
+// recomputeChunks quotes ids and groups the literals so that each group,
+// joined with ", " into a template of fixed bytes, stays within
+// MaxStatementBytes and RecomputeChunk; literals that fit in no group are
+// dropped.
+func recomputeChunks(ids []string, fixed int) [][]string {
+	var out [][]string
+	var cur []string
+	size := fixed
+	for _, id := range ids {
+		lit := QuoteString(id)
+		if fixed+len(lit) > MaxStatementBytes {
+			continue
+		}
+		if len(cur) > 0 && (size+2+len(lit) > MaxStatementBytes || len(cur) == RecomputeChunk) {
+			out = append(out, cur)
+			cur, size = nil, fixed
+		}
+		cur = append(cur, lit)
+		size += 2 + len(lit)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // QuoteString returns s as a ClickHouse single-quoted string literal.
