@@ -19,11 +19,14 @@ type Limits struct {
 	// Payload caps rejected.payload (the DLQ copy of a bad input).
 	// Default: 64 KiB.
 	Payload int
+	// Name caps every id and name field (caps.go lists them). Default:
+	// DefaultNameCap (256 bytes).
+	Name int
 }
 
 // DefaultLimits returns the default caps.
 func DefaultLimits() Limits {
-	return Limits{ArtifactContent: 1 << 20, TaskInput: 64 << 10, Event: 4 << 20, Payload: 64 << 10}
+	return Limits{ArtifactContent: 1 << 20, TaskInput: 64 << 10, Event: 4 << 20, Payload: 64 << 10, Name: DefaultNameCap}
 }
 
 func (l Limits) withDefaults() Limits {
@@ -39,6 +42,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Payload <= 0 {
 		l.Payload = d.Payload
+	}
+	if l.Name <= 0 {
+		l.Name = d.Name
 	}
 	return l
 }

@@ -49,6 +49,7 @@ type field struct {
 	name    string
 	kind    kind
 	req     bool // JSON: must be present; typed strings: must be non-empty
+	prose   bool // free text: not capped as an id or a name (caps.go)
 	symbols []string
 	rule    rule
 	capOf   func(Limits) int // text cap, nil = only the whole-event cap
@@ -80,6 +81,11 @@ func ranged(r rule) opt             { return func(f *field) { f.rule = r } }
 func capped(c func(Limits) int) opt { return func(f *field) { f.capOf = c } }
 func defaults(v float64) opt        { return func(f *field) { f.hasDef, f.def = true, v } }
 func nullable() opt                 { return func(f *field) { f.kind = kNullString } }
+
+// prose marks a string field as free text, capped by the whole-event cap
+// only; every other string field is an id or a name (caps.go).
+var prose opt = func(f *field) { f.prose = true }
+
 func build(f field, opts []opt) field {
 	for _, o := range opts {
 		o(&f)
@@ -255,7 +261,7 @@ func harnessUpdateInfo() *typeInfo {
 		field{name: "artifacts", kind: kArtifacts, capOf: capArtifact,
 			arts: func(e Event) *[]Artifact { return &as[HarnessUpdate](e).Artifacts }},
 		fStrings("evidence_task_ids", func(e *HarnessUpdate) *[]string { return &e.EvidenceTaskIDs }),
-		fStr("evidence_summary", func(e *HarnessUpdate) *string { return &e.EvidenceSummary }, nullable()),
+		fStr("evidence_summary", func(e *HarnessUpdate) *string { return &e.EvidenceSummary }, nullable(), prose),
 		fBool("accepted", func(e *HarnessUpdate) *bool { return &e.Accepted }),
 		fBool("rolled_back", func(e *HarnessUpdate) *bool { return &e.RolledBack }),
 	)
@@ -313,7 +319,7 @@ func labeledSampleInfo() *typeInfo {
 		fDouble("ci_low", func(e *LabeledSample) *float64 { return &e.CILow }),
 		fDouble("ci_high", func(e *LabeledSample) *float64 { return &e.CIHigh }),
 		fDouble("p_value", func(e *LabeledSample) *float64 { return &e.PValue }, ranged(rUnit)),
-		fStr("reason", func(e *LabeledSample) *string { return &e.Reason }),
+		fStr("reason", func(e *LabeledSample) *string { return &e.Reason }, prose),
 		fStr("harness_version", func(e *LabeledSample) *string { return &e.HarnessVersion }),
 		fInt("harness_version_index", func(e *LabeledSample) *int32 { return &e.HarnessVersionIndex }, ranged(rNonNeg)),
 		fInt("seed", func(e *LabeledSample) *int32 { return &e.Seed }),
@@ -348,7 +354,7 @@ func rejectedInfo() *typeInfo {
 	return newInfo(TypeRejected, "Rejected", []string{"source_topic", "partition", "offset"},
 		fStr("stage", func(e *Rejected) *string { return &e.Stage }, oneOf(stages...)),
 		fStr("reason_code", func(e *Rejected) *string { return &e.ReasonCode }, required),
-		fStr("message", func(e *Rejected) *string { return &e.Message }),
+		fStr("message", func(e *Rejected) *string { return &e.Message }, prose),
 		fStr("source_topic", func(e *Rejected) *string { return &e.SourceTopic }),
 		fInt("partition", func(e *Rejected) *int32 { return &e.Partition }, ranged(rMinus1)),
 		fLong("offset", func(e *Rejected) *int64 { return &e.Offset }, ranged(rMinus1)),

@@ -15,7 +15,8 @@ import (
 // (scores and phase scores in [0,1] and not NaN, effect in [-1,1], p_value in
 // [0,1], label_epsilon in [0,1), label_alpha in (0,1), counts >= 0, attempt
 // >= 1, every double finite), text is valid UTF-8 and under its Limits cap,
-// and the whole encoded event is under Limits.Event. It returns nil or every
+// every id and name is at most Limits.Name bytes (caps.go lists them), and
+// the whole encoded event is under Limits.Event. It returns nil or every
 // problem joined, each a *FieldError (errors.As finds the first). Safe for
 // concurrent use.
 func Validate(ev Event, lim Limits) error {
@@ -26,10 +27,10 @@ func Validate(ev Event, lim Limits) error {
 	lim = lim.withDefaults()
 	v := validator{t: ti.typ}
 	h := ev.Header()
-	v.text("event_id", h.EventID)
+	v.name("event_id", h.EventID, lim.Name)
 	v.time("event_time", h.EventTime)
-	v.text("project", h.Project)
-	v.text("source", h.Source)
+	v.name("project", h.Project, lim.Name)
+	v.name("source", h.Source, lim.Name)
 	enumOK := true
 	for i := range ti.fields {
 		f := &ti.fields[i]
@@ -48,6 +49,8 @@ func Validate(ev Event, lim Limits) error {
 			}
 			if f.capOf != nil {
 				v.capped(f.name, len(s), f.capOf(lim))
+			} else if f.kind != kEnum && !f.prose && len(s) > lim.Name {
+				v.nameCap(f.name, len(s), lim.Name)
 			}
 		case kInt:
 			v.integer(f.name, int64(*f.i32(ev)), f.rule)
@@ -67,6 +70,9 @@ func Validate(ev Event, lim Limits) error {
 				if !utf8.ValidString(s) { // name the element only when it is bad
 					v.add(f.name+"["+strconv.Itoa(j)+"]", CodeMalformed, "invalid UTF-8")
 				}
+				if len(s) > lim.Name {
+					v.nameCap(f.name+"["+strconv.Itoa(j)+"]", len(s), lim.Name)
+				}
 			}
 		case kArtifacts:
 			for j, a := range *f.arts(ev) {
@@ -83,7 +89,7 @@ func Validate(ev Event, lim Limits) error {
 					v.add(p+"name", CodeMissingField, "required field "+strconv.Quote(p+"name")+" is empty")
 				}
 				v.bound += 32 + len(a.ContentSHA256) // kind, op, sha256
-				v.text(p+"name", a.Name)
+				v.name(p+"name", a.Name, lim.Name)
 				v.text(p+"content", a.Content)
 				v.capped(p+"content", len(a.Content), lim.ArtifactContent)
 				if a.ContentSHA256 != "" && !isSHA256Hex(a.ContentSHA256) {
@@ -96,13 +102,13 @@ func Validate(ev Event, lim Limits) error {
 				if o.Topic == "" {
 					v.add(p+"topic", CodeMissingField, "required field "+strconv.Quote(p+"topic")+" is empty")
 				}
-				v.text(p+"topic", o.Topic)
+				v.name(p+"topic", o.Topic, lim.Name)
 				v.integer(p+"partition", int64(o.Partition), rNonNeg)
 				v.integer(p+"offset", o.Offset, rNonNeg)
 			}
 		case kMetrics:
 			for k, x := range *f.mets(ev) {
-				v.text(f.name+"."+k, k)
+				v.name(f.name+"."+k, k, lim.Name)
 				v.double(f.name+"."+k, x, rNone)
 			}
 		case kBytes:
@@ -158,6 +164,19 @@ func (v *validator) text(field, s string) {
 	if !utf8.ValidString(s) {
 		v.add(field, CodeMalformed, "invalid UTF-8")
 	}
+}
+
+// name checks an id or a name: valid UTF-8, at most limit bytes.
+func (v *validator) name(field, s string, limit int) {
+	v.text(field, s)
+	if len(s) > limit {
+		v.nameCap(field, len(s), limit)
+	}
+}
+
+func (v *validator) nameCap(field string, n, limit int) {
+	v.add(field, CodeTooLarge, strconv.Itoa(n)+" bytes, above the "+strconv.Itoa(limit)+
+		"-byte cap on ids and names (schemas.DefaultNameCap): shorten it, or hash a longer natural key")
 }
 
 func (v *validator) capped(field string, n, limit int) {
