@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -42,9 +43,10 @@ type Config struct {
 	// BatchSize is the most events written in one produce call. Default: 1000.
 	BatchSize int
 	// BatchBytes is the most encoded bytes (keys and values) in one produce
-	// call; an event larger than this is rejected by Emit. It must stay below
-	// the broker's max.message.bytes (Kafka's and kfake's default is 1 MiB).
-	// Default: 1000000.
+	// call (one record batch per partition). It must hold the largest valid
+	// event (Limits.Event plus a key and overhead: Validate refuses less) and
+	// stay under the topics' max.message.bytes (kafkatopics.MaxMessageBytes,
+	// 8 MiB). Default: DefaultBatchBytes (5 MiB).
 	BatchBytes int64
 	// BatchTimeout is how long a batch waits for more events before it is
 	// written. Default: 5ms.
@@ -69,6 +71,18 @@ type Config struct {
 	Limits schemas.Limits
 }
 
+// DefaultBatchBytes is the default of Config.BatchBytes: an event at the
+// schemas' 4 MiB cap with 1 MiB to spare, 3 MiB under max.message.bytes.
+const DefaultBatchBytes = 5 << 20
+
+// DefaultConfig returns the configuration New fills in for the fields left
+// zero (Brokers stays empty).
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 // batchOverhead is what kafka-go adds to a message's key and value when it
 // sizes a batch (headers, lengths, timestamps).
 const batchOverhead = 64
@@ -81,7 +95,7 @@ func (c *Config) setDefaults() {
 		c.BatchSize = 1000
 	}
 	if c.BatchBytes == 0 {
-		c.BatchBytes = 1000000
+		c.BatchBytes = DefaultBatchBytes
 	}
 	if c.BatchTimeout == 0 {
 		c.BatchTimeout = 5 * time.Millisecond
@@ -115,8 +129,13 @@ func (c *Config) Validate() error {
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("batch size %d: must be at least 1", c.BatchSize))
 	}
-	if c.BatchBytes < 1024 {
-		errs = append(errs, fmt.Errorf("batch bytes %d: must be at least 1024", c.BatchBytes))
+	if need := int64(c.Limits.Event) + schemas.DefaultNameCap + batchOverhead; c.BatchBytes < need {
+		errs = append(errs, fmt.Errorf("batch bytes %d: below the %d-byte event cap plus key and overhead (%d), so a valid event could not be sent; raise it or leave it 0 (default %d)",
+			c.BatchBytes, c.Limits.Event, need, DefaultBatchBytes))
+	}
+	if c.BatchBytes > kafkatopics.MaxMessageBytes-64<<10 {
+		errs = append(errs, fmt.Errorf("batch bytes %d: not under the topics' max.message.bytes (%d) less 64 KiB of record overhead; lower it or leave it 0 (default %d)",
+			c.BatchBytes, kafkatopics.MaxMessageBytes, DefaultBatchBytes))
 	}
 	if c.BatchTimeout < 0 {
 		errs = append(errs, fmt.Errorf("batch timeout %s: must not be negative", c.BatchTimeout))

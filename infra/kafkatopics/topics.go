@@ -28,10 +28,14 @@ type Topic struct {
 	Configs map[string]string
 }
 
+// MaxMessageBytes is every topic's max.message.bytes: a record batch
+// carries one whole event at the schemas' 4 MiB cap (Limits.Event) with room
+// to spare (Kafka's default is 1 MiB). Producers keep their batches under it
+// (producers.Config.BatchBytes, default 5 MiB) and at least one event long.
+const MaxMessageBytes = 8 << 20
+
 const (
-	// maxMessage lets a record batch carry one whole event at the schemas'
-	// 4 MiB cap plus batch overhead (Kafka's default is 1 MiB).
-	maxMessage = "8388608"
+	maxMessage = "8388608" // MaxMessageBytes; TestMaxMessageBytes checks it
 	week       = "604800000"
 	month      = "2592000000"
 	forever    = "-1"
