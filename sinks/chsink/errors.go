@@ -15,6 +15,18 @@ var (
 	ErrBadLimits = errors.New("chsink: MaxRows, MaxBytes, MaxAge and MaxBufferedRows must not be negative")
 )
 
+// CodeRefused is the reason code of a dead letter (a rejected_events row,
+// stage semantic) for a row ClickHouse refused while the rest of its batch
+// was inserted; the message holds the server's or the client's reason.
+const CodeRefused = "clickhouse_refused"
+
+// encodeError is a value the ClickHouse client could not encode into its
+// column: permanent, and the fault of a row (the sink isolates it).
+type encodeError struct{ err error }
+
+func (e *encodeError) Error() string { return e.err.Error() }
+func (e *encodeError) Unwrap() error { return e.err }
+
 // InsertError says which table's insert failed, with how many rows and after
 // how many attempts. Offsets of its rows were not committed.
 type InsertError struct {

@@ -2,6 +2,7 @@ package chsink
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -36,6 +37,18 @@ func (s *Sink) insert(ctx context.Context, j *job, recompute bool) {
 		s.m.latency.WithLabelValues(t.name).Observe(time.Since(t0).Seconds())
 		return err
 	})
+	if err != nil && rowFault(err) && ctx.Err() == nil {
+		// A permanent error that may be a row's: insert the others, and
+		// dead-letter the rows ClickHouse refuses, instead of stopping
+		// on this batch at every start.
+		refused, inserts, ierr := s.isolate(ctx, t, j.rows, err)
+		attempts += inserts
+		if ierr == nil {
+			ierr = s.deadLetterRefused(ctx, t, refused)
+		}
+		err = ierr
+		n -= len(refused)
+	}
 	if err != nil {
 		s.fail(&InsertError{Table: t.name, Rows: n, Attempts: attempts, Err: err})
 		return
@@ -92,7 +105,8 @@ func (s *Sink) retry(ctx context.Context, tableName string, n int, what string, 
 		if err != nil && ctx.Err() != nil {
 			return backoff.Permanent(err)
 		}
-		if err != nil && !chx.Retryable(err) {
+		var ee *encodeError
+		if err != nil && (!chx.Retryable(err) || errors.As(err, &ee)) {
 			return backoff.Permanent(err)
 		}
 		return err

@@ -9,7 +9,11 @@
 // redelivered batch or a full replay changes no figure. When ClickHouse is
 // down the sink stops fetching (its buffers are bounded), retries with
 // bounded backoff, and resumes where it stopped. Undecodable messages become
-// rows of rejected_events (stage decode) with their coordinates.
+// rows of rejected_events (stage decode) with their coordinates. A row
+// ClickHouse refuses (a permanent error that is no fault of the table or
+// the server) is found by bisecting its batch, bounded by MaxRefusedRows,
+// and becomes a rejected_events row (stage semantic, CodeRefused, the
+// server's reason) while the rest of the batch is inserted and committed.
 //
 // Inserts run in their own goroutines (Config.Inserters batches in flight,
 // one queued), so decoding overlaps inserting and one batch's client-side

@@ -79,7 +79,7 @@ func (w *connWriter) WriteBatch(ctx context.Context, table string, columns []str
 				col = cols[i].Slice(lo, hi).Interface()
 			}
 			if err := b.Column(i).Append(col); err != nil {
-				return fmt.Errorf("column %s: %w", columns[i], err)
+				return &encodeError{fmt.Errorf("column %s: %w", columns[i], err)}
 			}
 		}
 		if hi >= n {

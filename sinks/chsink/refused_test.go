@@ -1,0 +1,71 @@
+package chsink_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/infra/chddl"
+	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/sinks/chsink"
+)
+
+// TestRowClickHouseRefusesIsDeadLettered: ClickHouse refuses one row of a
+// batch (a MATERIALIZED throwIf column stands for a constraint: 18.16 has
+// no CHECK constraints; the insert of the whole block fails with code 395,
+// a permanent error). The sink used to stop on it, and every restart failed
+// on the same batch. Now it finds the row by bisection, writes it to
+// rejected_events with the server's reason, inserts the other rows,
+// commits, and goes on consuming.
+func TestRowClickHouseRefusesIsDeadLettered(t *testing.T) {
+	broker := testenv.Kafka(t)
+	ch := testenv.ClickHouse(t)
+	brokers := []string{broker.Addr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := chddl.Migrate(ctx, chx.Session(ch.Conn), ch.Database); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Conn.Exec(ctx, "ALTER TABLE "+chddl.QuoteIdent(ch.Database)+".task_attempts ADD COLUMN _guard UInt8 MATERIALIZED throwIf(task_id = 'poison')"); err != nil {
+		t.Fatal(err)
+	}
+	evs := attempts(0, 300)
+	evs[137].(*schemas.TaskAttempt).TaskID = "poison"
+	produce(t, brokers, evs)
+
+	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "gr",
+		Topics: []string{schemas.TopicAttempts}, MaxAge: 50 * time.Millisecond, SkipMigrate: true,
+		RetryMaxElapsed: 2 * time.Second, RetryMaxInterval: 100 * time.Millisecond})
+	waitFor(t, 60*time.Second, "the good rows and the dead letter", func() (bool, string) {
+		n, _ := count(ch.Conn, "SELECT count() FROM task_attempts FINAL")
+		r, _ := count(ch.Conn, "SELECT count() FROM rejected_events FINAL")
+		return n == 299 && r == 1, fmt.Sprintf("%d attempts, %d dead letters, %+v", n, r, s.Stats())
+	})
+	var stage, code, msg, topic string
+	var off int64
+	if err := ch.Conn.QueryRow(ctx, "SELECT stage, reason_code, message, source_topic, source_offset FROM rejected_events FINAL").
+		Scan(&stage, &code, &msg, &topic, &off); err != nil {
+		t.Fatal(err)
+	}
+	if code != chsink.CodeRefused || topic != schemas.TopicAttempts || !strings.Contains(msg, "task poison") ||
+		!strings.Contains(msg, "395") {
+		t.Fatalf("dead letter %s/%s %q from %s@%d", stage, code, msg, topic, off)
+	}
+	waitFor(t, 30*time.Second, "every offset committed", func() (bool, string) {
+		n := committedTotal(t, brokers, "gr", schemas.TopicAttempts)
+		return n == int64(len(evs)), fmt.Sprintf("%d committed", n)
+	})
+	// The sink goes on: later rows land.
+	produce(t, brokers, attempts(300, 50))
+	waitFor(t, 60*time.Second, "the later rows", func() (bool, string) {
+		n, _ := count(ch.Conn, "SELECT count() FROM task_attempts FINAL")
+		return n == 349, fmt.Sprintf("%d attempts", n)
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v, want nil after a refused row", err)
+	}
+}
