@@ -2,6 +2,7 @@ package chsink_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,5 +68,42 @@ func TestRowClickHouseRefusesIsDeadLettered(t *testing.T) {
 	})
 	if err := stop(); err != nil {
 		t.Fatalf("Run = %v, want nil after a refused row", err)
+	}
+}
+
+// TestSinkStopsWhenEveryRowIsRefused: when ClickHouse refuses every row (a
+// fault of the table, not of the rows), the isolation is bounded: past
+// MaxRefusedRows refusals the sink stops with an InsertError, promptly,
+// without dead-lettering the batch.
+func TestSinkStopsWhenEveryRowIsRefused(t *testing.T) {
+	broker := testenv.Kafka(t)
+	ch := testenv.ClickHouse(t)
+	brokers := []string{broker.Addr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := chddl.Migrate(ctx, chx.Session(ch.Conn), ch.Database); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Conn.Exec(ctx, "ALTER TABLE "+chddl.QuoteIdent(ch.Database)+".task_attempts ADD COLUMN _guard UInt8 MATERIALIZED throwIf(task_id != '')"); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, brokers, attempts(0, 3000))
+	s, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "ga",
+		Topics: []string{schemas.TopicAttempts}, MaxAge: 50 * time.Millisecond, SkipMigrate: true,
+		RetryMaxElapsed: time.Second, RetryMaxInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.Run(ctx)
+	var ie *chsink.InsertError
+	if !errors.As(err, &ie) || ie.Table != "task_attempts" || !strings.Contains(err.Error(), "rows refused") {
+		t.Fatalf("Run = %v, want an InsertError saying too many rows were refused", err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("took %s to give up", d)
+	}
+	if n, err := count(ch.Conn, "SELECT count() FROM rejected_events"); err != nil || n != 0 {
+		t.Fatalf("%d dead letters (%v), want none", n, err)
 	}
 }
