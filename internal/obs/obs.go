@@ -169,7 +169,13 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
 // may rightly wait longer (ingest waits for the brokers' acknowledgement)
 // is not cut off by a clean stop, which would then end in an error.
 func ServeListenerGrace(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return ServeServer(ctx, ln, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, grace)
+}
+
+// ServeServer is ServeListenerGrace with a server the caller configured (its
+// Handler and timeouts; a TLS caller passes a tls.NewListener): it serves
+// srv on ln until ctx ends, then shuts srv down within grace.
+func ServeServer(ctx context.Context, ln net.Listener, srv *http.Server, grace time.Duration) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -10,21 +10,21 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
@@ -65,6 +65,22 @@ type Config struct {
 	MaxInflight int64
 	// Limits caps field and event sizes. Default: schemas.DefaultLimits().
 	Limits schemas.Limits
+	// MaxInflightPerToken caps the in-flight body bytes of one token's
+	// requests, beside MaxInflight, so that one tenant's slow uploads or
+	// bursts cannot take the budget of the others; past it the token's
+	// request is answered 503 with Retry-After. Default: a quarter of
+	// MaxInflight, and at least MaxBody.
+	MaxInflightPerToken int64
+	// ReadTimeout bounds the reading of one request body (and of its
+	// headers, at most 10s of it): a slower upload is answered 408 and
+	// releases its share of the in-flight budget. Default: 60s.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long between
+	// requests. Default: 120s (longer than clients' usual 90s idle pools).
+	IdleTimeout time.Duration
+	// TLSCert and TLSKey are PEM files of a certificate (chain) and its key:
+	// with both, the gateway serves HTTPS only. Default: "" (plain HTTP).
+	TLSCert, TLSKey string
 }
 
 // DefaultConfig is the configuration New fills in for the fields left zero
@@ -91,6 +107,15 @@ func (c *Config) setDefaults() {
 	if c.MaxInflight == 0 {
 		c.MaxInflight = 8 * c.MaxBody
 	}
+	if c.MaxInflightPerToken == 0 {
+		c.MaxInflightPerToken = max(c.MaxInflight/4, c.MaxBody)
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
 	if c.Limits == (schemas.Limits{}) {
 		c.Limits = schemas.DefaultLimits()
 	}
@@ -114,6 +139,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInflight < c.MaxBody {
 		errs = append(errs, fmt.Errorf("max in-flight bytes %d: must be at least max body (%d)", c.MaxInflight, c.MaxBody))
+	}
+	if c.MaxInflightPerToken < c.MaxBody || c.MaxInflightPerToken > c.MaxInflight {
+		errs = append(errs, fmt.Errorf("max in-flight bytes per token %d: must be between max body (%d) and max in-flight bytes (%d)", c.MaxInflightPerToken, c.MaxBody, c.MaxInflight))
+	}
+	if c.ReadTimeout < 0 || c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("read timeout %s, idle timeout %s: must not be negative", c.ReadTimeout, c.IdleTimeout))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("TLS needs both a certificate and its key (--tls-cert and --tls-key), or neither"))
 	}
 	if c.DeliveryTimeout < 0 {
 		errs = append(errs, fmt.Errorf("delivery timeout %s: must not be negative", c.DeliveryTimeout))
@@ -164,8 +198,9 @@ type Server struct {
 	addr    atomic.Value // string
 	running atomic.Bool
 	once    sync.Once
-	// inflight holds MaxInflight body bytes, taken by the requests handled.
-	inflight *semaphore.Weighted
+	// inflight holds the in-flight body bytes, taken by the requests handled.
+	inflight *budget
+	tlsCert  *tls.Certificate // nil: plain HTTP
 
 	metrics
 }
@@ -196,6 +231,14 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if len(tokens) == 0 {
 		return nil, ErrNoTokens
 	}
+	var cert *tls.Certificate
+	if cfg.TLSCert != "" {
+		c, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("ingest TLS: load the certificate %s and key %s (PEM files): %w", cfg.TLSCert, cfg.TLSKey, err)
+		}
+		cert = &c
+	}
 	prod, err := producers.New(producers.Config{
 		Brokers: cfg.Brokers, Source: Source, Limits: cfg.Limits, MaxElapsedTime: cfg.DeliveryTimeout,
 	}, producers.WithLogger(o.log))
@@ -203,9 +246,10 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	regs, served := registries(o.reg)
+	ts := newTokenSet(tokens)
 	s := &Server{
-		cfg: cfg, log: o.log, reg: served, ln: o.ln, tokens: newTokenSet(tokens), prod: prod,
-		ready: make(chan struct{}), inflight: semaphore.NewWeighted(cfg.MaxInflight),
+		cfg: cfg, log: o.log, reg: served, ln: o.ln, tokens: ts, prod: prod, tlsCert: cert,
+		ready: make(chan struct{}), inflight: newBudget(cfg.MaxInflight, cfg.MaxInflightPerToken, ts.len()),
 		metrics: newMetrics(),
 	}
 	if err := s.metrics.register(regs...); err != nil {
@@ -242,7 +286,22 @@ func (s *Server) Run(ctx context.Context) error {
 	// A request in flight at a stop waits for its acknowledgement up to
 	// DeliveryTimeout: it gets that long to answer (202 or 503) before
 	// the server closes, so a clean stop ends cleanly.
-	return obs.ServeListenerGrace(ctx, ln, s.Handler(), s.cfg.DeliveryTimeout+5*time.Second)
+	if s.tlsCert != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*s.tlsCert}, MinVersion: tls.VersionTLS12})
+	}
+	return obs.ServeServer(ctx, ln, s.httpServer(), s.cfg.DeliveryTimeout+5*time.Second)
+}
+
+// httpServer is the gateway's http.Server: headers within 10s (at most
+// ReadTimeout), a whole request within ReadTimeout past them (the body
+// handlers set their own deadline), idle connections closed after
+// IdleTimeout.
+func (s *Server) httpServer() *http.Server {
+	hdr := min(10*time.Second, s.cfg.ReadTimeout)
+	return &http.Server{
+		Handler: s.Handler(), ReadHeaderTimeout: hdr, ReadTimeout: hdr + s.cfg.ReadTimeout,
+		IdleTimeout: s.cfg.IdleTimeout, ErrorLog: log.New(io.Discard, "", 0),
+	}
 }
 
 func (s *Server) closeProducer() {
@@ -312,38 +371,28 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{"use POST"})
 		return http.StatusMethodNotAllowed, reasonMethod, 0
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	project, known := s.tokens.project(strings.TrimSpace(tok))
-	if !ok || !known {
+	tok, project, known := s.authorize(r)
+	if !known {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="harnessflow"`)
-		writeJSON(w, http.StatusUnauthorized, errorBody{"missing or unknown bearer token"})
+		writeJSON(w, http.StatusUnauthorized, errorBody{"missing or unknown bearer token: send the header Authorization: Bearer <token>"})
 		return http.StatusUnauthorized, reasonUnauthorized, 0
 	}
-	tooLarge := func() (int, string, int) {
+	if r.ContentLength > s.cfg.MaxBody {
 		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{fmt.Sprintf("request body is over the %d-byte cap", s.cfg.MaxBody)})
 		return http.StatusRequestEntityTooLarge, reasonTooLarge, 0
 	}
-	if r.ContentLength > s.cfg.MaxBody {
-		return tooLarge()
-	}
-	hold := s.cfg.MaxBody
-	if r.ContentLength >= 0 {
-		hold = r.ContentLength
-	}
-	if !s.inflight.TryAcquire(hold) {
+	l, busy := s.inflight.acquire(tok, s.hold(r))
+	if l == nil {
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{fmt.Sprintf("busy: the requests in flight hold the gateway's %d-byte budget (the brokers are slow or away); retry later", s.cfg.MaxInflight)})
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{busy})
 		return http.StatusServiceUnavailable, reasonBusy, 0
 	}
-	defer s.inflight.Release(hold)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	defer l.release()
+	body, err := s.readRequestBody(w, r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return tooLarge()
-		}
-		writeJSON(w, http.StatusBadRequest, errorBody{"read body: " + err.Error()})
-		return http.StatusBadRequest, reasonInvalid, 0
+		f := s.classifyBodyError(w, err)
+		writeJSON(w, f.code, errorBody{f.msg})
+		return f.code, f.reason, 0
 	}
 	items, ierr := splitItems(body, s.cfg.MaxEvents)
 	if ierr != nil {
@@ -375,6 +424,7 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 		writeJSON(w, http.StatusBadRequest, invalid)
 		return http.StatusBadRequest, reasonInvalid, 0
 	}
+	l.deliver()
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DeliveryTimeout)
 	defer cancel()
 	if err := s.prod.EmitSync(ctx, evs...); err != nil {

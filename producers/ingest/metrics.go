@@ -19,6 +19,7 @@ const (
 	reasonClientGone   = "client_gone"
 	reasonBusy         = "busy"
 	reasonMediaType    = "media_type"
+	reasonTimeout      = "timeout"
 )
 
 // Span outcomes (label of hf_ingest_otlp_spans_total).
@@ -80,7 +81,7 @@ func (m metrics) register(regs ...prometheus.Registerer) error {
 			}
 		}
 	}
-	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone, reasonBusy, reasonMediaType} {
+	for _, r := range []string{reasonMethod, reasonUnauthorized, reasonForbidden, reasonTooLarge, reasonInvalid, reasonDelivery, reasonClientGone, reasonBusy, reasonMediaType, reasonTimeout} {
 		m.rejections.WithLabelValues(r)
 	}
 	for _, o := range []string{outcomeAccepted, outcomeIgnored, outcomeRejected} {

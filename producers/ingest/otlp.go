@@ -87,9 +87,8 @@ func (s *Server) traces1(w http.ResponseWriter, r *http.Request) otlpAnswer {
 		w.Header().Set("Allow", http.MethodPost)
 		return fail(w, http.StatusMethodNotAllowed, enc, codes.Unimplemented, reasonMethod, "use POST")
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	project, knownTok := s.tokens.project(strings.TrimSpace(tok))
-	if !ok || !knownTok {
+	tok, project, knownTok := s.authorize(r)
+	if !knownTok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="harnessflow"`)
 		return fail(w, http.StatusUnauthorized, enc, codes.Unauthenticated, reasonUnauthorized,
 			"missing or unknown bearer token: send the header Authorization: Bearer <token> (OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>)")
@@ -98,34 +97,28 @@ func (s *Server) traces1(w http.ResponseWriter, r *http.Request) otlpAnswer {
 		return fail(w, http.StatusUnsupportedMediaType, enc, codes.InvalidArgument, reasonMediaType,
 			fmt.Sprintf("Content-Type %q: send OTLP as %s or %s", r.Header.Get("Content-Type"), ctProtobuf, ctJSON))
 	}
-	tooLarge := func(what string) otlpAnswer {
-		return fail(w, http.StatusRequestEntityTooLarge, enc, codes.ResourceExhausted, reasonTooLarge,
-			fmt.Sprintf("%s is over the %d-byte cap: export fewer spans per request (e.g. a smaller max_export_batch_size)", what, s.cfg.MaxBody))
-	}
+	const fewer = ": export fewer spans per request (e.g. a smaller max_export_batch_size)"
 	if r.ContentLength > s.cfg.MaxBody {
-		return tooLarge("request body")
+		return fail(w, http.StatusRequestEntityTooLarge, enc, codes.ResourceExhausted, reasonTooLarge,
+			fmt.Sprintf("request body is over the %d-byte cap", s.cfg.MaxBody)+fewer)
 	}
-	hold := s.cfg.MaxBody
-	if r.ContentLength >= 0 && r.Header.Get("Content-Encoding") == "" {
-		hold = r.ContentLength
-	}
-	if !s.inflight.TryAcquire(hold) {
+	l, busy := s.inflight.acquire(tok, s.hold(r))
+	if l == nil {
 		w.Header().Set("Retry-After", "1")
-		return fail(w, http.StatusServiceUnavailable, enc, codes.Unavailable, reasonBusy,
-			fmt.Sprintf("busy: the requests in flight hold the gateway's %d-byte budget (the brokers are slow or away); retry later", s.cfg.MaxInflight))
+		return fail(w, http.StatusServiceUnavailable, enc, codes.Unavailable, reasonBusy, busy)
 	}
-	defer s.inflight.Release(hold)
-	body, err := readOTLPBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody), r.Header.Get("Content-Encoding"), s.cfg.MaxBody)
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return tooLarge("request body")
-	case errors.Is(err, errDecompressedTooLarge):
-		return tooLarge("decompressed request body")
-	case errors.Is(err, errBadContentEncoding):
-		return fail(w, http.StatusUnsupportedMediaType, enc, codes.InvalidArgument, reasonMediaType, err.Error())
-	case err != nil:
-		return fail(w, http.StatusBadRequest, enc, codes.InvalidArgument, reasonInvalid, "read body: "+err.Error())
+	defer l.release()
+	body, err := s.readRequestBody(w, r)
+	if err != nil {
+		f := s.classifyBodyError(w, err)
+		c, msg := codes.InvalidArgument, f.msg
+		switch f.code {
+		case http.StatusRequestEntityTooLarge:
+			c, msg = codes.ResourceExhausted, msg+fewer
+		case http.StatusRequestTimeout:
+			c = codes.DeadlineExceeded
+		}
+		return fail(w, f.code, enc, c, f.reason, msg)
 	}
 	req, err := decodeOTLPTraces(body, enc)
 	if err != nil {
@@ -136,6 +129,7 @@ func (s *Server) traces1(w http.ResponseWriter, r *http.Request) otlpAnswer {
 			fmt.Sprintf("%d spans, over the %d-span cap of one request: export fewer spans per request", n, s.cfg.MaxEvents))
 	}
 	res := mapTraces(req, project, s.cfg.Limits)
+	l.deliver()
 	a, ok := s.emitMapped(w, r, enc, &res)
 	if !ok {
 		return a

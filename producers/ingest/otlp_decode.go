@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"strings"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -18,7 +16,7 @@ import (
 )
 
 // This file decodes OTLP/HTTP trace export bodies: protobuf and OTLP/JSON,
-// plain or gzip, into the OpenTelemetry project's own wire types.
+// plain or gzip (body.go), into the OpenTelemetry project's own wire types.
 
 // otlpEncoding is the encoding of an OTLP/HTTP request, and of its answer.
 type otlpEncoding int
@@ -55,38 +53,6 @@ func otlpEncodingOf(contentType string) (otlpEncoding, bool) {
 		return otlpJSON, true
 	}
 	return 0, false
-}
-
-// errDecompressedTooLarge is returned by readOTLPBody when a gzip body
-// inflates past the cap.
-var errDecompressedTooLarge = errors.New("decompressed body over the cap")
-
-// errBadContentEncoding is returned by readOTLPBody for a Content-Encoding
-// other than gzip or identity.
-var errBadContentEncoding = errors.New("unsupported Content-Encoding")
-
-// readOTLPBody reads a request body (already capped in raw bytes by the
-// caller) and, for Content-Encoding gzip, inflates it up to max bytes.
-func readOTLPBody(r io.Reader, contentEncoding string, max int64) ([]byte, error) {
-	switch strings.ToLower(strings.TrimSpace(contentEncoding)) {
-	case "", "identity":
-		return io.ReadAll(r)
-	case "gzip":
-		zr, err := gzip.NewReader(r)
-		if err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		defer zr.Close()
-		b, err := io.ReadAll(io.LimitReader(zr, max+1))
-		if err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		if int64(len(b)) > max {
-			return nil, errDecompressedTooLarge
-		}
-		return b, nil
-	}
-	return nil, fmt.Errorf("%w %q: send gzip or no Content-Encoding", errBadContentEncoding, contentEncoding)
 }
 
 // decodeOTLPTraces decodes an ExportTraceServiceRequest in enc.

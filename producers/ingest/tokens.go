@@ -2,16 +2,27 @@ package ingest
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"runtime"
 	"strings"
 )
 
+// utf8BOM is the byte order mark some editors put at the start of a file.
+var utf8BOM = []byte{0xef, 0xbb, 0xbf}
+
 // LoadTokens reads a tokens file: one "TOKEN PROJECT" pair per line, separated
-// by spaces or tabs; blank lines and lines starting with # are ignored. It
-// returns token → project, or every problem joined (each wrapping
+// by spaces or tabs; blank lines and lines starting with # are ignored; a
+// UTF-8 byte order mark at the start is stripped (it would otherwise become
+// part of the first token). The file holds secrets: one that group or others
+// may read or write is refused (outside Windows), with the chmod that fixes
+// it. It returns token → project, or every problem joined (each wrapping
 // ErrBadTokensFile, with its line number).
 func LoadTokens(path string) (map[string]string, error) {
 	f, err := os.Open(path)
@@ -19,9 +30,21 @@ func LoadTokens(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("%w: %v", ErrBadTokensFile, err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadTokensFile, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
+		return nil, fmt.Errorf("%w: %s has mode %#o: group or others may read its tokens; run chmod 600 %s", ErrBadTokensFile, path, perm, path)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadTokensFile, path, err)
+	}
+	data = bytes.TrimPrefix(data, utf8BOM)
 	out := map[string]string{}
 	var errs []error
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -48,32 +71,56 @@ func LoadTokens(path string) (map[string]string, error) {
 }
 
 // tokenSet checks bearer tokens in constant time with respect to their
-// contents: every known token is compared, whatever matches.
+// contents and lengths: it compares the SHA-256 digest of the token
+// presented with the digest of every known token, whatever matches.
 type tokenSet struct {
-	tokens   [][]byte
+	digests  [][sha256.Size]byte
 	projects []string
 }
 
 func newTokenSet(m map[string]string) *tokenSet {
 	ts := &tokenSet{}
 	for tok, proj := range m {
-		ts.tokens = append(ts.tokens, []byte(tok))
+		ts.digests = append(ts.digests, sha256.Sum256([]byte(tok)))
 		ts.projects = append(ts.projects, proj)
 	}
 	return ts
 }
 
-// project returns the project of tok, or false.
-func (ts *tokenSet) project(tok string) (string, bool) {
-	b := []byte(tok)
+// len is the number of tokens (their indexes are 0 to len-1).
+func (ts *tokenSet) len() int { return len(ts.digests) }
+
+// lookup returns the index and project of tok, or false.
+func (ts *tokenSet) lookup(tok string) (int, string, bool) {
+	d := sha256.Sum256([]byte(tok))
 	found := -1
-	for i, t := range ts.tokens {
-		if subtle.ConstantTimeCompare(b, t) == 1 {
+	for i := range ts.digests {
+		if subtle.ConstantTimeCompare(d[:], ts.digests[i][:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 || tok == "" {
+		return -1, "", false
+	}
+	return found, ts.projects[found], true
+}
+
+// bearer returns the token of an Authorization header of the Bearer scheme
+// (its name in any case, RFC 9110 §11.1), or false.
+func bearer(header string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
-	return ts.projects[found], true
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// authorize returns the index and project of r's bearer token, or false.
+func (s *Server) authorize(r *http.Request) (int, string, bool) {
+	tok, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return -1, "", false
+	}
+	return s.tokens.lookup(tok)
 }
