@@ -54,5 +54,10 @@ skill-loading tool spans skill_event events (docs/otlp.md has the mapping); and
 	f.IntVar(&cfg.MaxEvents, "max-events", d.MaxEvents, "most events in one request")
 	f.DurationVar(&cfg.DeliveryTimeout, "delivery-timeout", d.DeliveryTimeout, "how long a request waits for acknowledgement")
 	f.Int64Var(&cfg.MaxInflight, "max-inflight-bytes", 0, "body bytes of the requests handled at once; past it a request gets 503 with Retry-After at once (0: 8 x --max-body)")
+	f.Int64Var(&cfg.MaxInflightPerToken, "max-inflight-bytes-per-token", 0, "in-flight body bytes of one token's requests, so that one tenant cannot starve the others (0: a quarter of --max-inflight-bytes, at least --max-body)")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", d.ReadTimeout, "a request body not read within it is answered 408 and releases its budget")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", d.IdleTimeout, "close keep-alive connections idle this long")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate file: with --tls-key, serve HTTPS only")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM key file of --tls-cert")
 	return cmd
 }
