@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -149,14 +148,21 @@ func (im *importer) cell(dir string) error {
 	c := &cellState{dir: dir, id: name, bm: bm, agent: agent, evolver: evolver, seed: seed,
 		taskOrder: map[string]int{}, obsCycle: map[string]int32{}, obsTime: map[string]time.Time{},
 		obsInput: map[string]string{}, skillsAt: map[int]int{}, updateTime: map[string]time.Time{}}
-	c.rep = im.readReport(filepath.Join(dir, "BENCHMARK_REPORT.md"))
+	fsys, err := openCell(dir, im.cfg.MaxFileBytes)
+	if err != nil {
+		return err
+	}
+	c.fs = fsys
+	defer fsys.close()
+	defer func() { c.git.removeCopy() }()
+	c.rep = im.readReport(c)
 	im.readObservations(c)
 	if err := im.readWorkspace(c); err != nil {
 		return err
 	}
 	switch bm {
 	case "swe":
-		if _, err := os.Stat(filepath.Join(dir, "results.json")); err == nil {
+		if c.fs.exists("results.json") {
 			im.readSWE(c)
 		} else {
 			im.rowsFromObservations(c)

@@ -1,17 +1,24 @@
 package aevolve
 
 import (
-	"os"
+	"errors"
+	"io/fs"
+	"path/filepath"
 	"strings"
 )
 
 // readReport parses BENCHMARK_REPORT.md's "key: value" lines.
-func (im *importer) readReport(path string) map[string]string {
+func (im *importer) readReport(c *cellState) map[string]string {
+	const rel = "BENCHMARK_REPORT.md"
 	rep := map[string]string{}
-	f := &FileReport{Path: im.rel(path)}
-	data, err := os.ReadFile(path)
-	if err != nil {
+	f := &FileReport{Path: im.rel(c.fs.path(rel))}
+	data, err := c.fs.readFile(rel)
+	if errors.Is(err, fs.ErrNotExist) {
 		f.skip("missing")
+		im.file(f)
+		return rep
+	} else if err != nil {
+		im.refuse(f, err)
 		im.file(f)
 		return rep
 	}
@@ -33,6 +40,9 @@ func (im *importer) readReport(path string) map[string]string {
 		}
 		rep[k] = v
 		f.Read++
+	}
+	if m := rep["done_marker"]; m != "" && !filepath.IsLocal(m) {
+		f.skip("done_marker not a path inside the cell directory (absolute or climbing out with ..): ignored")
 	}
 	im.file(f)
 	return rep

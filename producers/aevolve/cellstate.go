@@ -1,8 +1,6 @@
 package aevolve
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -30,7 +28,8 @@ type cellState struct {
 	base                        time.Time
 	skillsAt                    map[int]int    // harness version index -> skill count
 	versionAt                   map[int]string // evo tag -> the version the agent runs after it (chain)
-	git                         *gitRepo
+	git                         *gitRepo       // private copy of the workspace repository
+	fs                          *cellFS
 	skillEvents                 []*schemas.SkillEvent
 	updates                     []*schemas.HarnessUpdate
 	updateTime                  map[string]time.Time
@@ -51,11 +50,9 @@ func (c *cellState) done() bool {
 	if !ok || m == "" {
 		return false
 	}
-	p := m
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(c.dir, m)
-	}
-	if _, err := os.Stat(p); err == nil {
+	// The marker is a path inside the cell: an absolute one or one that
+	// climbs out with ".." is ignored (readReport reports it).
+	if c.fs != nil && c.fs.exists(m) {
 		return true
 	}
 	switch strings.ToLower(m) {

@@ -23,7 +23,17 @@ type Config struct {
 	AnchorAgents, AnchorEvolvers []string
 	// Git is the git executable. Default: "git" (searched on PATH).
 	Git string
+	// MaxFileBytes caps the bytes read from one file of a run directory
+	// (results, observations, trajectories, reports); a larger file is
+	// refused and reported, not read. A git workspace's object store may
+	// hold up to 16 times as much. Default: DefaultMaxFileBytes.
+	MaxFileBytes int64
 }
+
+// DefaultMaxFileBytes is the default Config.MaxFileBytes, 64 MiB: far above
+// the result files of a paper-scale run (kilobytes to a few megabytes), far
+// below what would exhaust the importer's memory.
+const DefaultMaxFileBytes = 64 << 20
 
 // DefaultConfig is the configuration the importer fills in for the fields
 // left zero (Dir and Campaign aside: they come from the run directory).
@@ -52,6 +62,9 @@ func (c *Config) setDefaults() {
 	if c.Git == "" {
 		c.Git = "git"
 	}
+	if c.MaxFileBytes == 0 {
+		c.MaxFileBytes = DefaultMaxFileBytes
+	}
 }
 
 // Validate reports every problem of the configuration, joined.
@@ -64,6 +77,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Campaign == "" {
 		errs = append(errs, fmt.Errorf("%w: no campaign id", ErrConfig))
+	}
+	if c.MaxFileBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxFileBytes %d is negative (0 takes the default, %d)", ErrConfig, c.MaxFileBytes, DefaultMaxFileBytes))
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,9 @@
 package aevolve
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors.
 var (
@@ -13,3 +16,24 @@ var (
 	// ErrConfig wraps configuration problems.
 	ErrConfig = errors.New("invalid importer config")
 )
+
+// ErrRefused is wrapped by every RefusedError: a file of a run directory
+// the importer will not read because it is unsafe.
+var ErrRefused = errors.New("file refused")
+
+// RefusedError is a file of a run directory that the importer does not read
+// because reading it is unsafe: a link out of the cell directory, a device,
+// a FIFO or a socket, a file over Config.MaxFileBytes, a git workspace that
+// cannot be copied. The importer reports it, counts it in Summary.Refused
+// and goes on with the rest of the run directory.
+type RefusedError struct {
+	// Path is the file, relative to its cell directory.
+	Path string
+	// Reason says why, as a phrase after the path ("is a FIFO").
+	Reason string
+}
+
+func (e *RefusedError) Error() string { return fmt.Sprintf("%s: refused: %s", e.Path, e.Reason) }
+
+// Unwrap returns ErrRefused.
+func (e *RefusedError) Unwrap() error { return ErrRefused }

@@ -3,15 +3,20 @@ package aevolve
 import (
 	"bufio"
 	"bytes"
-	"os"
+	"errors"
+	"io/fs"
 )
 
 // jsonl reads a JSON-lines file (Python reprs accepted), calling fn with each
 // object; trailer records (with _record_type) are skipped.
-func (im *importer) jsonl(path string, f *FileReport, fn func(map[string]any) string) {
-	file, err := os.Open(path)
+func (im *importer) jsonl(fsys *cellFS, rel string, f *FileReport, fn func(map[string]any) string) {
+	file, err := fsys.open(rel)
 	if err != nil {
-		f.skip("unreadable")
+		if errors.Is(err, fs.ErrNotExist) {
+			f.skip("unreadable")
+			return
+		}
+		im.refuse(f, err)
 		return
 	}
 	defer file.Close()
@@ -37,7 +42,9 @@ func (im *importer) jsonl(path string, f *FileReport, fn func(map[string]any) st
 		}
 		f.Read++
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, ErrRefused) {
+		im.refuse(f, err)
+	} else if err != nil {
 		f.skip("read error: " + err.Error())
 	}
 }

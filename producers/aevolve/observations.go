@@ -1,8 +1,6 @@
 package aevolve
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -16,11 +14,8 @@ var batchFile = regexp.MustCompile(`^batch_(\d+)\.jsonl$`)
 // readObservations reads workspace/evolution/observations/batch_NNNN.jsonl:
 // the round of each task, its time and its input.
 func (im *importer) readObservations(c *cellState) {
-	dir := filepath.Join(c.dir, "workspace", "evolution", "observations")
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
+	const dir = "workspace/evolution/observations"
+	ents := c.fs.readDir(dir)
 	type bf struct {
 		n    int
 		path string
@@ -28,8 +23,11 @@ func (im *importer) readObservations(c *cellState) {
 	var files []bf
 	for _, e := range ents {
 		if m := batchFile.FindStringSubmatch(e.Name()); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			files = append(files, bf{n, filepath.Join(dir, e.Name())})
+			n, err := strconv.ParseInt(m[1], 10, 31)
+			if err != nil {
+				continue // a batch number past int32: no round
+			}
+			files = append(files, bf{int(n), dir + "/" + e.Name()})
 		}
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].n < files[j].n })
@@ -38,8 +36,8 @@ func (im *importer) readObservations(c *cellState) {
 		shift = 1 // batch_0000 is round 1
 	}
 	for _, b := range files {
-		f := &FileReport{Path: im.rel(b.path)}
-		im.jsonl(b.path, f, func(m map[string]any) string {
+		f := &FileReport{Path: im.rel(c.fs.path(b.path))}
+		im.jsonl(c.fs, b.path, f, func(m map[string]any) string {
 			id := str(m, "task_id")
 			if id == "" {
 				if t, ok := m["task"].(map[string]any); ok {
@@ -76,8 +74,8 @@ func (im *importer) readObservations(c *cellState) {
 // rowsFromObservations makes attempts from observation lines (an evolved SWE
 // cell without results.json): one per line, attempts counted per task.
 func (im *importer) rowsFromObservations(c *cellState) {
-	dir := filepath.Join(c.dir, "workspace", "evolution", "observations")
-	ents, _ := os.ReadDir(dir)
+	const dir = "workspace/evolution/observations"
+	ents := c.fs.readDir(dir)
 	var names []string
 	for _, e := range ents {
 		if batchFile.MatchString(e.Name()) {
@@ -87,9 +85,9 @@ func (im *importer) rowsFromObservations(c *cellState) {
 	sort.Strings(names)
 	seen := map[string]int32{}
 	for _, n := range names {
-		p := filepath.Join(dir, n)
-		f := &FileReport{Path: im.rel(p) + " (attempts)"}
-		im.jsonl(p, f, func(m map[string]any) string {
+		p := dir + "/" + n
+		f := &FileReport{Path: im.rel(c.fs.path(p)) + " (attempts)"}
+		im.jsonl(c.fs, p, f, func(m map[string]any) string {
 			id := str(m, "task_id")
 			if id == "" {
 				return "no task_id"

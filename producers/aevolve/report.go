@@ -15,6 +15,9 @@ type FileReport struct {
 	// Skipped counts rows not used; Reasons counts them by reason.
 	Skipped int
 	Reasons map[string]int
+	// Refused, when not empty, says why the file was not read at all
+	// (see RefusedError).
+	Refused string
 }
 
 func (f *FileReport) skip(reason string) {
@@ -25,8 +28,12 @@ func (f *FileReport) skip(reason string) {
 	f.Reasons[reason]++
 }
 
-// String is "path: read N rows, skipped M (reason: k, ...)".
+// String is "path: read N rows, skipped M (reason: k, ...)", or
+// "path: refused: why" for a refused file.
 func (f *FileReport) String() string {
+	if f.Refused != "" {
+		return fmt.Sprintf("%s: refused: %s", f.Path, f.Refused)
+	}
 	s := fmt.Sprintf("%s: read %d rows, skipped %d", f.Path, f.Read, f.Skipped)
 	if len(f.Reasons) > 0 {
 		keys := make([]string, 0, len(f.Reasons))
@@ -63,6 +70,10 @@ type Summary struct {
 	Files    []FileReport
 	// Events counts emitted events.
 	Events int
+	// Refused counts the files refused as unsafe to read (a link out of
+	// the cell, not a regular file, over Config.MaxFileBytes, a git
+	// workspace that cannot be copied); each has its line in Files.
+	Refused int
 }
 
 // file records f in the summary and writes its line to the report.

@@ -1,8 +1,6 @@
 package aevolve
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -12,15 +10,15 @@ import (
 // readSB reads results.jsonl: attempt rows (attempt = cycle, round = batch)
 // and final rows that mark a task's last attempt final.
 func (im *importer) readSB(c *cellState) {
-	p := filepath.Join(c.dir, "results.jsonl")
-	f := &FileReport{Path: im.rel(p)}
+	const rel = "results.jsonl"
+	f := &FileReport{Path: im.rel(c.fs.path(rel))}
 	defer im.file(f)
-	if _, err := os.Stat(p); err != nil {
+	if !c.fs.exists(rel) {
 		f.skip("missing")
 		return
 	}
 	var attempts, finals []map[string]any
-	im.jsonl(p, f, func(m map[string]any) string {
+	im.jsonl(c.fs, rel, f, func(m map[string]any) string {
 		if str(m, "task_id") == "" {
 			return "no task_id"
 		}

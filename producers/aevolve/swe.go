@@ -1,8 +1,8 @@
 package aevolve
 
 import (
-	"os"
-	"path/filepath"
+	"errors"
+	"io/fs"
 	"strings"
 
 	"github.com/harnessflow/harnessflow/schemas"
@@ -10,19 +10,22 @@ import (
 
 // readSWE reads results.json: a list of per-task results.
 func (im *importer) readSWE(c *cellState) {
-	p := filepath.Join(c.dir, "results.json")
-	f := &FileReport{Path: im.rel(p)}
+	const rel = "results.json"
+	f := &FileReport{Path: im.rel(c.fs.path(rel))}
 	defer im.file(f)
-	data, err := os.ReadFile(p)
-	if err != nil {
+	data, err := c.fs.readFile(rel)
+	if errors.Is(err, fs.ErrNotExist) {
 		f.skip("unreadable")
+		return
+	} else if err != nil {
+		im.refuse(f, err)
 		return
 	}
 	var list []map[string]any
 	if err := parseLoose(data, &list); err != nil {
 		// Some runs write one object per line.
 		f.Reasons = nil
-		im.jsonl(p, f, func(m map[string]any) string { return c.sweRow(m) })
+		im.jsonl(c.fs, rel, f, func(m map[string]any) string { return c.sweRow(m) })
 		return
 	}
 	for _, m := range list {

@@ -1,8 +1,8 @@
 package aevolve
 
 import (
-	"os"
-	"path/filepath"
+	"errors"
+	"io/fs"
 	"regexp"
 	"strconv"
 
@@ -15,22 +15,23 @@ var trajDir = regexp.MustCompile(`^(.+)__(.+)-cycle-(\d+)$`)
 // readTrajectories reads outputs/official_like/<task>__<cell>-cycle-<N>/agent/trajectory.json
 // and turns the skill_tool_events of its steps into skill events.
 func (im *importer) readTrajectories(c *cellState) {
-	root := filepath.Join(c.dir, "outputs", "official_like")
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return
-	}
+	const root = "outputs/official_like"
+	ents := c.fs.readDir(root)
 	attShift, _ := strconv.Atoi(c.rep["_sb_attempt_shift"])
 	for _, e := range ents {
 		m := trajDir.FindStringSubmatch(e.Name())
 		if m == nil || !e.IsDir() {
 			continue
 		}
-		p := filepath.Join(root, e.Name(), "agent", "trajectory.json")
-		f := &FileReport{Path: im.rel(p)}
-		data, err := os.ReadFile(p)
-		if err != nil {
+		p := root + "/" + e.Name() + "/agent/trajectory.json"
+		f := &FileReport{Path: im.rel(c.fs.path(p))}
+		data, err := c.fs.readFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
 			f.skip("missing")
+			im.file(f)
+			continue
+		} else if err != nil {
+			im.refuse(f, err)
 			im.file(f)
 			continue
 		}
@@ -51,8 +52,13 @@ func (im *importer) readTrajectories(c *cellState) {
 				steps = []any{d}
 			}
 		}
-		n, _ := strconv.Atoi(m[3])
-		att := int32(n + attShift)
+		n, err := strconv.ParseInt(m[3], 10, 31)
+		if err != nil || n+int64(attShift) > 1<<31-1 {
+			f.skip("cycle out of range")
+			im.file(f)
+			continue
+		}
+		att := int32(n) + int32(attShift)
 		turn := int32(0)
 		for _, s := range steps {
 			sm, ok := s.(map[string]any)

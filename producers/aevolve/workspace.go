@@ -1,12 +1,9 @@
 package aevolve
 
 import (
-	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -18,47 +15,30 @@ import (
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
-// gitRepo runs the git command-line tool on a workspace.
-type gitRepo struct {
-	ctx context.Context
-	git string
-	dir string
-}
-
-func (g *gitRepo) run(args ...string) (string, error) {
-	cmd := exec.CommandContext(g.ctx, g.git, append([]string{"-C", g.dir, "-c", "core.quotePath=false"}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
-}
-
 // readWorkspace reads the workspace's git tags (evo-N, pre-evo-N): the skill
 // count of every harness version and one harness_update per evo-N (N >= 1)
 // whose diff changes a harness file. It also reads unified_steps.jsonl for
 // each cycle's verdict and the evolver's report.
 func (im *importer) readWorkspace(c *cellState) error {
 	ws := filepath.Join(c.dir, "workspace")
-	if _, err := os.Stat(filepath.Join(ws, ".git")); err != nil {
+	if !c.fs.exists("workspace/.git") {
 		return nil
 	}
 	git, err := exec.LookPath(im.cfg.Git)
 	if err != nil {
 		return fmt.Errorf("%s: %w", ws, ErrNoGit)
 	}
-	g := &gitRepo{ctx: im.ctx, git: git, dir: ws}
-	c.git = g
 	f := &FileReport{Path: im.rel(ws) + " (git tags)"}
 	defer im.file(f)
-	out, err := g.run("tag", "--list")
+	g, tagNames, err := im.copyWorkspace(c, git)
 	if err != nil {
-		return err
+		im.refuse(f, err)
+		return nil
 	}
+	c.git = g
 	evo := map[int]bool{}
 	pre := map[int]bool{}
-	for _, t := range strings.Fields(out) {
+	for _, t := range tagNames {
 		switch {
 		case strings.HasPrefix(t, "pre-evo-"):
 			if n, err := strconv.Atoi(strings.TrimPrefix(t, "pre-evo-")); err == nil {
@@ -169,7 +149,7 @@ func (c *cellState) versionFor(k int) string {
 }
 
 func (g *gitRepo) commitTime(rev string) (time.Time, bool) {
-	out, err := g.run("log", "-1", "--format=%ct", rev)
+	out, err := g.run("log", "-1", "--no-show-signature", "--format=%ct", rev)
 	if err != nil {
 		return time.Time{}, false
 	}
@@ -221,7 +201,7 @@ func unfitArtifact(content string) string {
 // run's memory log, a binary) is left out of the update and reported in f,
 // naming it, instead of failing the event and with it the whole import.
 func (im *importer) update(c *cellState, g *gitRepo, from, to string, n int, f *FileReport) (*schemas.HarnessUpdate, string, error) {
-	out, err := g.run("diff", "--name-status", "--no-renames", from, to)
+	out, err := g.run("diff", "--no-ext-diff", "--no-textconv", "--name-status", "--no-renames", from, to)
 	if err != nil {
 		return nil, "", err
 	}
@@ -247,11 +227,19 @@ func (im *importer) update(c *cellState, g *gitRepo, from, to string, n int, f *
 			continue
 		}
 		if a.Op != schemas.OpRemove {
-			content, err := g.run("show", to+":"+path)
+			limit := schemas.DefaultLimits().ArtifactContent
+			content, over, err := g.runCap(limit+1, "cat-file", "blob", to+":"+path)
 			if err != nil {
 				return nil, "", err
 			}
-			if why := unfitArtifact(content); why != "" {
+			why := unfitArtifact(content)
+			if over {
+				why = fmt.Sprintf("is over the %d-byte artifact cap", limit)
+				if sz, err := g.run("cat-file", "-s", to+":"+path); err == nil {
+					why = fmt.Sprintf("is %s bytes, over the %d-byte artifact cap", strings.TrimSpace(sz), limit)
+				}
+			}
+			if why != "" {
 				f.skip(fmt.Sprintf("artifact %s at %s %s: left out of its update", path, to, why))
 				continue
 			}
@@ -273,16 +261,16 @@ func (im *importer) update(c *cellState, g *gitRepo, from, to string, n int, f *
 // readVerdicts fills each update's accepted, rolled_back and evidence summary
 // from workspace/evolution/unified_steps.jsonl.
 func (im *importer) readVerdicts(c *cellState) {
-	p := filepath.Join(c.dir, "workspace", "evolution", "unified_steps.jsonl")
-	if _, err := os.Stat(p); err != nil {
+	const rel = "workspace/evolution/unified_steps.jsonl"
+	if !c.fs.exists(rel) {
 		return
 	}
 	byCycle := map[int32]*schemas.HarnessUpdate{}
 	for _, u := range c.updates {
 		byCycle[u.Cycle] = u
 	}
-	f := &FileReport{Path: im.rel(p)}
-	im.jsonl(p, f, func(m map[string]any) string {
+	f := &FileReport{Path: im.rel(c.fs.path(rel))}
+	im.jsonl(c.fs, rel, f, func(m map[string]any) string {
 		n, ok := number(m, "cycle")
 		if !ok {
 			return "no cycle"
