@@ -102,6 +102,9 @@ func Import(ctx context.Context, cfg Config, emit func(schemas.Event) error, rep
 			return im.sum, fmt.Errorf("cell %s: %w", filepath.Base(c), err)
 		}
 	}
+	if im.sum.Refused > 0 && im.sum.attempts() == 0 {
+		return im.sum, fmt.Errorf("%w: %d unsafe files of %s refused and no task attempt left to import (the report names each file and why)", ErrRefused, im.sum.Refused, cfg.Dir)
+	}
 	return im.sum, nil
 }
 

@@ -136,7 +136,7 @@ func (w *capBuffer) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
-// looseObject, packFile and tagName are the names copied or accepted.
+// The names copied from an object store or accepted as refs and tags.
 var (
 	hexDir     = regexp.MustCompile(`^[0-9a-f]{2}$`)
 	looseName  = regexp.MustCompile(`^[0-9a-f]{38}$|^[0-9a-f]{62}$`)

@@ -83,3 +83,12 @@ func (im *importer) file(f *FileReport) {
 		fmt.Fprintln(im.report, f.String())
 	}
 }
+
+// attempts is the number of task attempts emitted over all cells.
+func (s *Summary) attempts() int {
+	n := 0
+	for _, c := range s.Cells {
+		n += c.Attempts
+	}
+	return n
+}

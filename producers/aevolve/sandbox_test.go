@@ -2,6 +2,7 @@ package aevolve
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,6 +185,23 @@ func TestDeviceAndFIFOAreRefused(t *testing.T) {
 	}
 	if sum.Refused != 2 || !strings.Contains(rep, "summary.csv: refused") || !strings.Contains(rep, "results.json: refused") {
 		t.Fatalf("refused %d, want both files named:\n%s", sum.Refused, rep)
+	}
+}
+
+// TestNothingButRefusedFilesIsAnError: when every result file is refused
+// the import fails (wrapping ErrRefused) instead of reporting success.
+func TestNothingButRefusedFilesIsAnError(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "camp")
+	c := filepath.Join(root, "sonnet46_x_none_mcp_s1")
+	if err := os.MkdirAll(c, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(c, "summary.csv")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Import(context.Background(), Config{Dir: root}, func(schemas.Event) error { return nil }, nil)
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("err %v, want ErrRefused", err)
 	}
 }
 
