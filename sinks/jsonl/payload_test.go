@@ -100,8 +100,9 @@ func TestRejectedLine(t *testing.T) {
 
 // FuzzRejectedLine: whatever the payload, the dead letter's line is one
 // JSON object with exactly one of payload_event and payload_error; a
-// payload_event parses as an event that writes back byte for byte and
-// survives an Avro round trip.
+// payload_event parses as an event (or is the decoded event as it is, when
+// Validate refuses it) that writes back byte for byte and survives an Avro
+// round trip.
 func FuzzRejectedLine(f *testing.F) {
 	for _, t := range producerstest.RawTypes {
 		ev := producerstest.Event(t, 3, "p")
@@ -111,6 +112,12 @@ func FuzzRejectedLine(f *testing.F) {
 		f.Add(b[:len(b)/2])
 		f.Add(j)
 		f.Add(j[:len(j)/2])
+	}
+	// An event that decodes but Validate refuses (a semantic dead letter).
+	bad := producerstest.Event(schemas.TypeTaskAttempt, 3, "p").(*schemas.TaskAttempt)
+	bad.Cycle = -12
+	if b, err := schemas.Encode(bad); err == nil {
+		f.Add(b)
 	}
 	f.Add([]byte{0, 0, 0, 0, 1, 2})
 	f.Add([]byte("\xff\xfe not text"))
@@ -131,7 +138,17 @@ func FuzzRejectedLine(f *testing.F) {
 		}
 		ev, err := schemas.ParseJSON(got, schemas.Limits{})
 		if err != nil {
-			t.Fatalf("payload_event does not parse: %v\n%s", err, got)
+			// A dead letter's event may be one Validate refuses (that can
+			// be why it is a dead letter): then payload_event must be the
+			// decoded event as it is, failing Validate the same way.
+			dec, derr := decode(context.Background(), payload)
+			if derr != nil {
+				t.Fatalf("payload_event does not parse (%v) and the payload does not decode: %v\n%s", err, derr, got)
+			}
+			if verr := schemas.Validate(dec, schemas.Limits{}); verr == nil || verr.Error() != err.Error() {
+				t.Fatalf("payload_event does not parse: %v (Validate of the decoded event: %v)\n%s", err, verr, got)
+			}
+			ev = dec
 		}
 		again, err := schemas.MarshalJSON(ev)
 		if err != nil || !bytes.Equal(again, got) {
