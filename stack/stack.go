@@ -264,7 +264,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(cctx)
 	handed = true
 	ep.MetricsURL = "http://" + metricsLn.Addr().String() + "/metrics"
-	g.Go(func() error { return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil, obs.WithReady("up", s.ready))) })
+	g.Go(func() error {
+		return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil, obs.WithReady("up", s.ready)))
+	})
 	g.Go(func() error { return named("processors", proc.Run(gctx)) })
 	g.Go(func() error { return named("sink", sink.Run(gctx)) })
 	g.Go(func() error { return named("trainer", tr.Run(gctx)) })

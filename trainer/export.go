@@ -164,7 +164,7 @@ func Export(ctx context.Context, cfg ExportConfig, opts ...Option) (*Manifest, e
 	if err := kafkax.WaitReachable(ctx, cfg.Brokers, 30*time.Second); err != nil {
 		return nil, err
 	}
-	conn, err := kafka.DialContext(ctx, "tcp", cfg.Brokers[0])
+	conn, err := kafkax.DialContext(ctx, "tcp", cfg.Brokers[0])
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", cfg.Brokers[0], err)
 	}
@@ -177,7 +177,7 @@ func Export(ctx context.Context, cfg ExportConfig, opts ...Option) (*Manifest, e
 	m := &Manifest{Format: cfg.Format, Source: ExportSource{Topic: cfg.Topic}}
 	var all []located
 	for _, p := range parts {
-		lc, err := kafka.DialLeader(ctx, "tcp", cfg.Brokers[0], cfg.Topic, p.ID)
+		lc, err := kafkax.DialLeader(ctx, "tcp", cfg.Brokers[0], cfg.Topic, p.ID)
 		if err != nil {
 			return nil, fmt.Errorf("dial leader of %s/%d: %w", cfg.Topic, p.ID, err)
 		}

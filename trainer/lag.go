@@ -5,7 +5,6 @@ import (
 	"maps"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -45,25 +44,9 @@ func (f *frontier) get(p int) int64 {
 // where that is further, raised to the log start. Samples read but waiting
 // for their batch count as lag. A failed poll keeps the last figures.
 func (t *Trainer) pollLag(ctx context.Context) {
-	// A transport of its own: polls keep no connections in the pool that
-	// the process's writers share (kafka.DefaultTransport), which made a
-	// writer's first produce after a broker restart fail on a stale one.
-	transport := &kafka.Transport{}
-	defer transport.CloseIdleConnections()
-	client := kafkax.NewClient(t.cfg.Brokers)
-	client.Transport = transport
-	tick := time.NewTicker(t.cfg.LagInterval)
-	defer tick.Stop()
-	for {
-		if err := t.updateLag(ctx, client); err != nil && ctx.Err() == nil {
-			t.log.Debug().Err(err).Msg("consumer lag poll failed")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	kafkax.Poll(ctx, t.cfg.Brokers, t.cfg.LagInterval, t.updateLag, func(err error) {
+		t.log.Debug().Err(err).Msg("consumer lag poll failed")
+	})
 }
 
 // updateLag polls the lag once and sets the gauge.

@@ -44,7 +44,7 @@ offending bytes in base64), then what the payload holds:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, host:port[,host:port]")
+	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
 	f.StringVar(&cfg.Topic, "topic", "", "topic to read (e.g. hf.attempts, hf.dlq)")
 	f.BoolVar(&cfg.FromBeginning, "from-beginning", false, "start at the first stored offset instead of the end")
 	f.IntVar(&cfg.Max, "max", 0, "exit after this many events (0: no limit)")

@@ -16,7 +16,7 @@ func init() { register(newProcessCmd) }
 // processorFlags binds the processor's tunables shared by process and replay.
 func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) {
 	d := processors.DefaultConfig()
-	fs.StringVar(brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated")
+	fs.StringVar(brokers, "brokers", kafkax.DefaultBrokers, "Kafka bootstrap brokers, comma-separated")
 	fs.StringVar(&cfg.Group, "group", d.Group, "consumer group of stage A (stage B uses <group>-pair)")
 	fs.IntVar(&cfg.PendingMax, "pending-max", d.PendingMax, "events per partition that may wait for their cell_started")
 	fs.DurationVar(&cfg.PendingTimeout, "pending-timeout", d.PendingTimeout, "how long an event waits for its cell_started (log time, and wall time when idle)")

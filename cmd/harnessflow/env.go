@@ -15,8 +15,9 @@ func envName(name string) string {
 
 // bindEnv makes every flag of every command settable from its environment
 // variable; a flag given on the command line wins. It also appends the variable's
-// name to the flag's usage so that --help shows it.
-func bindEnv(cmd *cobra.Command) {
+// name to the flag's usage so that --help shows it. Then, before the
+// command's own PreRunE, it runs global (the global flags' effect).
+func bindEnv(cmd *cobra.Command, global func() error) {
 	apply := func(fs *pflag.FlagSet) {
 		fs.VisitAll(func(f *pflag.Flag) {
 			if f.Name == "help" || strings.Contains(f.Usage, "[env ") {
@@ -41,12 +42,17 @@ func bindEnv(cmd *cobra.Command) {
 		if err != nil {
 			return withCode(2, err)
 		}
+		if global != nil {
+			if err := global(); err != nil {
+				return withCode(2, err)
+			}
+		}
 		if prev != nil {
 			return prev(c, args)
 		}
 		return nil
 	}
 	for _, sub := range cmd.Commands() {
-		bindEnv(sub)
+		bindEnv(sub, global)
 	}
 }

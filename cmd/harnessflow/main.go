@@ -58,7 +58,9 @@ upper case with dashes as underscores (--brokers -> HF_BROKERS).`,
 	for _, f := range subcommands {
 		root.AddCommand(f())
 	}
-	bindEnv(root)
+	var sec kafkaSecurity
+	sec.flags(root)
+	bindEnv(root, sec.apply)
 	return root
 }
 

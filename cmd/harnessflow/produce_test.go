@@ -18,7 +18,8 @@ import (
 )
 
 // prodRunCLI runs the harnessflow root command with args and stdin and returns
-// the exit status main would use, stdout and stderr.
+// the exit status main would use, stdout and stderr (with the error main
+// prints).
 func prodRunCLI(t *testing.T, ctx context.Context, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
@@ -34,6 +35,10 @@ func prodRunCLI(t *testing.T, ctx context.Context, stdin string, args ...string)
 		var ee *exitError
 		if errors.As(err, &ee) {
 			code = ee.code
+			err = ee.err
+		}
+		if err != nil { // what main prints
+			fmt.Fprintln(&stderr, "harnessflow:", err)
 		}
 	}
 	return code, stdout.String(), stderr.String()

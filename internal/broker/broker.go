@@ -6,12 +6,21 @@
 package broker
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -28,6 +37,12 @@ type Config struct {
 	SyncWrites bool
 	// Opts are extra kfake options (tests inject faults through them).
 	Opts []kfake.Opt
+	// SASLUsers, when not empty, makes every client authenticate with SASL
+	// (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) as one of these users (user ->
+	// password); each may do everything. Default: none (no SASL).
+	SASLUsers map[string]string
+	// TLS, when set, makes the broker accept TLS connections only.
+	TLS *tls.Config
 	// AssumedSessionTimeout is the session timeout the broker's session
 	// watch (sessions.go) gives a group member it has only seen in a group
 	// description, never in a JoinGroup with its member id (a consumer
@@ -82,13 +97,88 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.SyncWrites {
 		opts = append(opts, kfake.SyncWrites())
 	}
+	// The session watch's own client talks to the broker as an internal
+	// superuser when SASL is on, over TLS when TLS is on (to itself on
+	// loopback: the certificate is not checked).
+	var watch *kafka.Transport
+	if len(cfg.SASLUsers) > 0 || cfg.TLS != nil {
+		watch = &kafka.Transport{}
+	}
+	if len(cfg.SASLUsers) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for u, p := range cfg.SASLUsers {
+			for _, m := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+				opts = append(opts, kfake.Superuser(m, u, p))
+			}
+		}
+		pass := make([]byte, 16)
+		if _, err := rand.Read(pass); err != nil {
+			return nil, err
+		}
+		internal := plain.Mechanism{Username: internalUser, Password: hex.EncodeToString(pass)}
+		opts = append(opts, kfake.Superuser("PLAIN", internal.Username, internal.Password))
+		watch.SASL = internal
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, kfake.TLS(cfg.TLS))
+		watch.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the broker's own loopback connection to itself
+	}
 	opts = append(opts, cfg.Opts...)
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded broker on %s: %w", cfg.Listen, err)
 	}
 	addr := c.ListenAddrs()[0]
-	return &Broker{c: c, addr: addr, sessions: watchSessions(c, addr, cfg.AssumedSessionTimeout)}, nil
+	return &Broker{c: c, addr: addr, sessions: watchSessions(c, addr, cfg.AssumedSessionTimeout, watch)}, nil
+}
+
+// internalUser is the SASL user of the broker's own session watch.
+const internalUser = "hf-broker-internal"
+
+// ReadUsersFile reads a SASL users file: one "USER PASSWORD" pair per line,
+// blank lines and # comments allowed. A file readable by group or others is
+// refused (chmod 600), as is a duplicate or malformed line.
+func ReadUsersFile(path string) (map[string]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("SASL users file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("SASL users file %s is readable by group or others (mode %v): chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("SASL users file: %w", err)
+	}
+	users := map[string]string{}
+	for i, line := range strings.Split(strings.TrimPrefix(string(b), "\uFEFF"), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("SASL users file %s line %d: want \"USER PASSWORD\"", path, i+1)
+		}
+		if f[0] == internalUser {
+			return nil, fmt.Errorf("SASL users file %s line %d: %s is reserved", path, i+1, internalUser)
+		}
+		if _, dup := users[f[0]]; dup {
+			return nil, fmt.Errorf("SASL users file %s line %d: user %s listed twice", path, i+1, f[0])
+		}
+		users[f[0]] = f[1]
+	}
+	if len(users) == 0 {
+		return nil, fmt.Errorf("SASL users file %s has no user", path)
+	}
+	return users, nil
+}
+
+// EnsureAllTopics creates every harnessflow topic (infra/kafkatopics) that
+// does not exist yet, through the broker's own client: it works with SASL
+// and TLS on, whatever this process's client security.
+func (b *Broker) EnsureAllTopics(ctx context.Context) error {
+	return kafkax.EnsureTopicsWith(ctx, b.sessions.client, kafkatopics.All())
 }
 
 // Addr is the broker's host:port.

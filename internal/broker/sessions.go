@@ -59,7 +59,7 @@ const (
 	DefaultAssumedSessionTimeout = 45 * time.Second
 )
 
-func watchSessions(c *kfake.Cluster, addr string, assumed time.Duration) *sessions {
+func watchSessions(c *kfake.Cluster, addr string, assumed time.Duration, transport *kafka.Transport) *sessions {
 	if assumed <= 0 {
 		assumed = DefaultAssumedSessionTimeout
 	}
@@ -70,6 +70,9 @@ func watchSessions(c *kfake.Cluster, addr string, assumed time.Duration) *sessio
 		members: map[groupMember]*memberSeen{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+	}
+	if transport != nil {
+		s.client.Transport = transport
 	}
 	observe := func(key kmsg.Key, fn func(kmsg.Request)) {
 		c.ControlKey(int16(key), func(r kmsg.Request) (kmsg.Response, error, bool) {

@@ -5,6 +5,8 @@ package kafkax
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -38,7 +40,12 @@ func EnsureTopics(ctx context.Context, brokers []string, defs []kafkatopics.Topi
 	if len(brokers) == 0 {
 		return ErrNoBrokers
 	}
-	client := NewClient(brokers)
+	return EnsureTopicsWith(ctx, NewClient(brokers), defs)
+}
+
+// EnsureTopicsWith is EnsureTopics over a client the caller built (the
+// embedded broker's own, which authenticates as its internal user).
+func EnsureTopicsWith(ctx context.Context, client *kafka.Client, defs []kafkatopics.Topic) error {
 	op := func() error {
 		md, err := client.Metadata(ctx, &kafka.MetadataRequest{})
 		if err != nil {
@@ -91,7 +98,7 @@ func EnsureTopics(ctx context.Context, brokers []string, defs []kafkatopics.Topi
 	b.MaxInterval = 2 * time.Second
 	b.MaxElapsedTime = 30 * time.Second
 	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
-		return fmt.Errorf("ensure topics on %s: %w", strings.Join(brokers, ","), err)
+		return fmt.Errorf("ensure topics on %s: %w", client.Addr, err)
 	}
 	return nil
 }
@@ -150,6 +157,7 @@ func NewWriter(cfg WriterConfig) *kafka.Writer {
 	cfg.setDefaults()
 	return &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
+		Transport:              transport(),
 		Topic:                  cfg.Topic,
 		Balancer:               &kafka.Hash{},
 		MaxAttempts:            cfg.MaxAttempts,
@@ -185,6 +193,7 @@ const ReaderMaxWait = 500 * time.Millisecond
 func ReaderConfig(brokers []string, group string, topics ...string) kafka.ReaderConfig {
 	rc := kafka.ReaderConfig{
 		Brokers:           brokers,
+		Dialer:            Dialer(),
 		GroupID:           group,
 		MinBytes:          1,
 		MaxBytes:          8 << 20,
@@ -220,25 +229,43 @@ const DefaultBrokers = "127.0.0.1:9092"
 // (WaitReachable) unless told otherwise.
 const DefaultConnectTimeout = 10 * time.Second
 
-// WaitReachable dials the first reachable broker, retrying until ctx ends or
-// timeout passes, and returns a clear error naming the addresses otherwise.
+// WaitReachable waits for a broker that answers a Kafka request with this
+// process's security (Configure), retrying until ctx ends or timeout
+// passes, and returns a clear error naming the addresses otherwise. A
+// refusal that retrying cannot mend (SASL credentials the broker refuses, a
+// certificate not trusted, TLS to a broker that does not speak it) is
+// returned at once, saying which flag to fix.
 func WaitReachable(ctx context.Context, brokers []string, timeout time.Duration) error {
 	if len(brokers) == 0 {
 		return ErrNoBrokers
 	}
 	deadline := time.Now().Add(timeout)
 	var last error
+	connected := false
 	for {
 		for _, b := range brokers {
 			d := net.Dialer{Timeout: time.Second}
 			c, err := d.DialContext(ctx, "tcp", b)
-			if err == nil {
-				c.Close()
+			if err != nil {
+				last = err
+				continue
+			}
+			c.Close()
+			connected = true
+			if err = probe(ctx, b); err == nil {
 				return nil
+			}
+			if hint := permanentHint(err); hint != "" {
+				return fmt.Errorf("Kafka broker %s refused this client: %w (%s)", b, err, hint)
 			}
 			last = err
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
+			if connected {
+				return fmt.Errorf("Kafka broker at %s accepts connections but answers no request: %w "+
+					"(if it requires SASL or TLS, check --kafka-sasl, --kafka-user, --kafka-password-file, --kafka-tls and --kafka-ca)",
+					strings.Join(brokers, ","), last)
+			}
 			return fmt.Errorf("no Kafka broker reachable at %s (is `harnessflow broker` or `harnessflow up` running?): %w", strings.Join(brokers, ","), last)
 		}
 		select {
@@ -248,13 +275,45 @@ func WaitReachable(ctx context.Context, brokers []string, timeout time.Duration)
 	}
 }
 
+// probe asks broker b for its metadata, a request a SASL broker answers only
+// to an authenticated client, on a connection of its own.
+func probe(ctx context.Context, b string) error {
+	t := NewTransport()
+	defer t.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c := &kafka.Client{Addr: kafka.TCP(b), Timeout: 5 * time.Second, Transport: t}
+	_, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+	return err
+}
+
+// permanentHint says what to fix when err is a refusal retrying cannot
+// mend, and is "" otherwise.
+func permanentHint(err error) string {
+	var rec tls.RecordHeaderError
+	var unknownCA x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var verify *tls.CertificateVerificationError
+	switch {
+	case errors.Is(err, kafka.SASLAuthenticationFailed), errors.Is(err, kafka.IllegalSASLState):
+		return "check --kafka-user and --kafka-password-file"
+	case errors.Is(err, kafka.UnsupportedSASLMechanism):
+		return "the broker does not offer this --kafka-sasl mechanism"
+	case errors.As(err, &rec):
+		return "the broker does not speak TLS: drop --kafka-tls and --kafka-ca"
+	case errors.As(err, &unknownCA), errors.As(err, &host), errors.As(err, &verify):
+		return "the broker's certificate is not trusted: give its CA with --kafka-ca"
+	}
+	return ""
+}
+
 // ClientTimeout bounds each request of a client from NewClient.
 const ClientTimeout = 10 * time.Second
 
 // NewClient returns a kafka-go client for admin and offset requests to
 // brokers, each bounded by ClientTimeout.
 func NewClient(brokers []string) *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: ClientTimeout}
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: ClientTimeout, Transport: transport()}
 }
 
 // GroupConfig is a consumer group's membership. Zero durations take the
@@ -297,7 +356,7 @@ func NewConsumerGroup(cfg GroupConfig) (*kafka.ConsumerGroup, error) {
 		HeartbeatInterval: cfg.HeartbeatInterval, SessionTimeout: cfg.SessionTimeout,
 		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff,
 		RetentionTime: 30 * 24 * time.Hour, StartOffset: kafka.FirstOffset, Timeout: ClientTimeout,
-		PartitionWatchInterval: 5 * time.Second,
+		PartitionWatchInterval: 5 * time.Second, Dialer: Dialer(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", cfg.ID, err)

@@ -2,8 +2,8 @@ package chsink
 
 import (
 	"context"
+	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -17,25 +17,10 @@ import (
 // aggregate with max by (group, topic, partition). A failed poll (a broker
 // restart) keeps the last figures and is logged at debug level.
 func (s *Sink) pollLag(ctx context.Context) {
-	// A transport of its own: polls keep no connections in the pool that
-	// the process's writers share (kafka.DefaultTransport), which made a
-	// writer's first produce after a broker restart fail on a stale one.
-	transport := &kafka.Transport{}
-	defer transport.CloseIdleConnections()
-	client := kafkax.NewClient(s.cfg.Brokers)
-	client.Transport = transport
-	tick := time.NewTicker(s.cfg.LagInterval)
-	defer tick.Stop()
-	for {
-		if err := s.updateLag(ctx, client); err != nil && ctx.Err() == nil {
-			s.log.Debug().Err(err).Msg("consumer lag poll failed")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	kafkax.Poll(ctx, s.cfg.Brokers, s.cfg.LagInterval, s.updateLag, func(err error) {
+		s.log.Debug().Err(err).Msg("consumer lag poll failed")
+		fmt.Println("DEBUGERR", err)
+	})
 }
 
 // updateLag polls the group's lag once and sets the gauge.

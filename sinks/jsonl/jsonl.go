@@ -169,6 +169,7 @@ func readPartitions(rctx context.Context, wg *sync.WaitGroup, o Config, starts m
 			ReadBackoffMin:   50 * time.Millisecond,
 			ReadBackoffMax:   500 * time.Millisecond,
 			MaxAttempts:      3,
+			Dialer:           kafkax.Dialer(),
 		})
 		if err := r.SetOffset(off); err != nil {
 			r.Close()
@@ -200,7 +201,7 @@ func readPartitions(rctx context.Context, wg *sync.WaitGroup, o Config, starts m
 // startOffsets returns each partition's first offset to read: the first
 // stored one, or the end as of now.
 func startOffsets(ctx context.Context, brokers []string, topic string, fromBeginning bool) (map[int]int64, error) {
-	var d kafka.Dialer
+	d := kafkax.Dialer()
 	var conn *kafka.Conn
 	var err error
 	for _, b := range brokers {

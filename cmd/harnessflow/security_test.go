@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/producers/producerstest"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// writeCert writes a self-signed certificate for 127.0.0.1 (its own CA)
+// and its key as PEM files in dir, mode 600.
+func writeCert(t *testing.T, dir string) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "harnessflow cmd test broker"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, "broker.pem"), filepath.Join(dir, "broker-key.pem")
+	writeFile(t, cert, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), 0o600)
+	writeFile(t, key, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})), 0o600)
+	return cert, key
+}
+
+func writeFile(t *testing.T, path, text string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startSecuredBroker runs `harnessflow broker` with SASL users and TLS in
+// this process and returns its address once it printed it.
+func startSecuredBroker(t *testing.T, users, cert, key string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	root := newRoot()
+	root.SetArgs([]string{"broker", "--listen", "127.0.0.1:0", "--sasl-users", users, "--tls-cert", cert, "--tls-key", key})
+	root.SetOut(pw)
+	root.SetErr(io.Discard)
+	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("broker: %v", err)
+		}
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("broker printed no address: %v (%v)", err, <-done)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	return strings.TrimSpace(line)
+}
+
+// TestSecuredBrokerAndClientFlags: `harnessflow broker --sasl-users
+// --tls-cert --tls-key` refuses clients without credentials or TLS; produce
+// with --kafka-* flags and consume with the HF_KAFKA_* environment reach it.
+// A password file open to others is refused before anything connects.
+func TestSecuredBrokerAndClientFlags(t *testing.T) {
+	t.Cleanup(func() { _ = kafkax.Configure(kafkax.Security{}) })
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	users, pwFile := filepath.Join(dir, "users"), filepath.Join(dir, "pw")
+	writeFile(t, users, "# user password\nsvc s3cret\n", 0o600)
+	writeFile(t, pwFile, "s3cret\n", 0o600)
+	addr := startSecuredBroker(t, users, cert, key)
+
+	ev := producerstest.TaskAttempt(1, "p")
+	line := prodJSONL(t, []schemas.Event{ev})[0]
+
+	// Refusals exit 2 with what to fix: no SASL and a wrong password (the
+	// broker closes the connection; after --connect-timeout) and a CA that
+	// is not the broker's (at once).
+	ctx := prodCtx(t, 90*time.Second)
+	wrongPW := filepath.Join(dir, "wrong")
+	writeFile(t, wrongPW, "guess\n", 0o600)
+	otherCA, _ := writeCert(t, t.TempDir())
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no SASL", []string{"--kafka-ca", cert, "--connect-timeout", "2s"}, "--kafka-sasl"},
+		{"wrong password", []string{"--kafka-sasl", "scram-sha-256", "--kafka-user", "svc", "--kafka-password-file", wrongPW, "--kafka-ca", cert, "--connect-timeout", "2s"}, "--kafka-password-file"},
+		{"untrusted", []string{"--kafka-sasl", "plain", "--kafka-user", "svc", "--kafka-password-file", pwFile, "--kafka-ca", otherCA}, "--kafka-ca"},
+	} {
+		start := time.Now()
+		code, _, stderr := prodRunCLI(t, ctx, line+"\n", append([]string{"produce", "--brokers", addr}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d after %v, want 2 and a message naming %s; stderr:\n%s", c.name, code, time.Since(start), c.want, stderr)
+		}
+	}
+
+	// Flags: SCRAM over TLS.
+	code, _, stderr := prodRunCLI(t, ctx, line+"\n", "produce", "--brokers", addr,
+		"--kafka-sasl", "scram-sha-512", "--kafka-user", "svc", "--kafka-password-file", pwFile, "--kafka-ca", cert)
+	if code != 0 {
+		t.Fatalf("produce with SASL/TLS flags: exit %d; stderr:\n%s", code, stderr)
+	}
+
+	// Environment: PLAIN over TLS, read back with consume.
+	t.Setenv("HF_KAFKA_SASL", "plain")
+	t.Setenv("HF_KAFKA_USER", "svc")
+	t.Setenv("HF_KAFKA_PASSWORD_FILE", pwFile)
+	t.Setenv("HF_KAFKA_CA", cert)
+	code, out, stderr := prodRunCLI(t, ctx, "", "consume", "--brokers", addr, "--topic", schemas.TopicAttempts,
+		"--from-beginning", "--max", "1")
+	if code != 0 {
+		t.Fatalf("consume with HF_KAFKA_*: exit %d; stderr:\n%s", code, stderr)
+	}
+	if got := consumeLines(out); len(got) != 1 || got[0] != line {
+		t.Fatalf("consumed %q, want the one event produced:\n%s", got, line)
+	}
+
+	// A password file readable by others: exit 2 naming the chmod.
+	if err := os.Chmod(pwFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = prodRunCLI(t, ctx, "", "consume", "--brokers", addr, "--topic", schemas.TopicAttempts, "--max", "1")
+	if code != 2 || !strings.Contains(stderr, "chmod 600") {
+		t.Fatalf("loose password file: exit %d, stderr:\n%s", code, stderr)
+	}
+}
