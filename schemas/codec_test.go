@@ -302,9 +302,36 @@ func TestCampaignDefaultsFromOlderWriter(t *testing.T) {
 	}
 }
 
+// TestDeriveEventIDProject: the project is part of every project event's
+// identity, so two projects using the same cell (or campaign, sample) ids get
+// different event ids; dead letters and checkpoints are not a project's.
+func TestDeriveEventIDProject(t *testing.T) {
+	pairs := []struct{ a, b Event }{
+		{&CellStarted{CellID: "x", Envelope: Envelope{Project: "acme"}}, &CellStarted{CellID: "x", Envelope: Envelope{Project: "evil"}}},
+		{&CellFinished{CellID: "x", Envelope: Envelope{Project: "acme"}}, &CellFinished{CellID: "x", Envelope: Envelope{Project: "evil"}}},
+		{&TaskAttempt{CellID: "x", TaskID: "t", Envelope: Envelope{Project: "acme"}}, &TaskAttempt{CellID: "x", TaskID: "t", Envelope: Envelope{Project: "evil"}}},
+		{&HarnessUpdate{CellID: "x", UpdateID: "u", Envelope: Envelope{Project: "acme"}}, &HarnessUpdate{CellID: "x", UpdateID: "u", Envelope: Envelope{Project: "evil"}}},
+		{&CampaignDeclared{CampaignID: "c", Envelope: Envelope{Project: "acme"}}, &CampaignDeclared{CampaignID: "c", Envelope: Envelope{Project: "evil"}}},
+		{&RoundMetrics{CellID: "x", Cycle: 1, Envelope: Envelope{Project: "acme"}}, &RoundMetrics{CellID: "x", Cycle: 1, Envelope: Envelope{Project: "evil"}}},
+		// Length-prefixed: moving bytes between project and cell id is
+		// another identity.
+		{&CellStarted{CellID: "bx", Envelope: Envelope{Project: "a"}}, &CellStarted{CellID: "x", Envelope: Envelope{Project: "ab"}}},
+	}
+	for _, p := range pairs {
+		if DeriveEventID(p.a) == DeriveEventID(p.b) {
+			t.Errorf("%s: projects %q and %q derive the same id", p.a.Type(), p.a.Header().Project, p.b.Header().Project)
+		}
+	}
+	r1 := &Rejected{SourceTopic: "hf.cells", Partition: 1, Offset: 2, Envelope: Envelope{Project: "acme"}}
+	r2 := &Rejected{SourceTopic: "hf.cells", Partition: 1, Offset: 2, Envelope: Envelope{Project: "evil"}}
+	if DeriveEventID(r1) != DeriveEventID(r2) {
+		t.Error("a dead letter's id depends on the project; its Kafka coordinates identify it")
+	}
+}
+
 func TestDeriveEventID(t *testing.T) {
 	a := &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Cycle: 2, Score: 0.1}
-	b := &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Cycle: 2, Score: 0.9, Envelope: Envelope{Project: "p"}}
+	b := &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Cycle: 2, Score: 0.9, Envelope: Envelope{Source: "s"}}
 	c := &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 2, Cycle: 2}
 	d := &TaskAttempt{CellID: "ct", TaskID: "", Attempt: 1, Cycle: 2}
 	if DeriveEventID(a) != DeriveEventID(b) {

@@ -9,9 +9,12 @@ import (
 )
 
 // DeriveEventID returns a deterministic event id: the hex of the first 16
-// bytes of SHA-256 over the type name and the type's identifying fields,
-// each length-prefixed (so field boundaries cannot collide). The identifying
-// fields are:
+// bytes of SHA-256 over the type name, the project (for every type that
+// belongs to a project: all but rejected and checkpoint_published) and the
+// type's identifying fields, each length-prefixed (so field boundaries cannot
+// collide). Two projects that use the same ids (a cell id, a campaign id)
+// therefore get different event ids: the project is part of every identity.
+// The identifying fields are:
 //
 //	campaign_declared     campaign_id
 //	cell_started          cell_id
@@ -25,6 +28,9 @@ import (
 //	rejected              source_topic, partition, offset
 //	checkpoint_published  model_version, step
 //
+// rejected events are identified by their Kafka coordinates, which no two
+// projects share, and checkpoints belong to the trainer, not to a project.
+//
 // The type is always part of the hash, so cell_started and cell_finished of
 // one cell differ. Redelivered or re-produced copies of an event get the same
 // id, which is what makes sinks idempotent. Safe for concurrent use.
@@ -35,6 +41,9 @@ func DeriveEventID(ev Event) string {
 	}
 	var buf [256]byte
 	b := appendIDPart(buf[:0], string(ti.typ))
+	if projectScoped(ti.typ) {
+		b = appendIDPart(b, ev.Header().Project)
+	}
 	for _, name := range ti.idFields {
 		f := &ti.fields[ti.byName[name]]
 		switch f.kind {
@@ -55,4 +64,10 @@ func DeriveEventID(ev Event) string {
 func appendIDPart(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
+}
+
+// projectScoped reports whether events of type t belong to a project, whose
+// name is then part of their derived ids.
+func projectScoped(t Type) bool {
+	return t != TypeRejected && t != TypeCheckpointPublished
 }
