@@ -16,7 +16,7 @@ type cells struct {
 	log      zerolog.Logger // set by the processor; zero value logs nothing
 	cfg      *Config
 	m        *metrics
-	byID     map[string]*cellState
+	byID     map[cellKey]*cellState
 	pending  pendingBuf
 	finished []*cellState // eviction queue, in finishing order
 	logClock time.Time
@@ -25,9 +25,20 @@ type cells struct {
 	holds []*pendItem
 }
 
+// cellKey identifies a cell: its project and its cell id. Two projects
+// that use the same cell id have two cells, whose events never meet.
+type cellKey struct {
+	project, cell string
+}
+
+// keyOf returns the cell key of a cell event (zero for other events).
+func keyOf(ev schemas.Event) cellKey {
+	return cellKey{project: ev.Header().Project, cell: cellOf(ev)}
+}
+
 // cellState is what stage A knows about one started cell.
 type cellState struct {
-	id      string
+	id      cellKey
 	key     []byte // pairing key
 	current string // current harness version
 	known   map[string]struct{}
@@ -55,7 +66,7 @@ type cellState struct {
 }
 
 func newCells(cfg *Config, m *metrics) *cells {
-	return &cells{cfg: cfg, m: m, byID: map[string]*cellState{}, pending: pendingBuf{byCell: map[string][]*pendItem{}}}
+	return &cells{cfg: cfg, m: m, byID: map[cellKey]*cellState{}, pending: pendingBuf{byCell: map[cellKey][]*pendItem{}}}
 }
 
 // size is the number of cells held plus the pending events.
@@ -211,7 +222,7 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink) {
 // against its cell's state, and admits it, dead-letters it or makes it wait
 // (pending buffer, finish hold). Outputs go to out only when emit is true.
 func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
-	id := cellOf(m.ev)
+	id := keyOf(m.ev)
 	cs := c.byID[id]
 	if st, ok := m.ev.(*schemas.CellStarted); ok {
 		c.started(cs, id, st, m, emit, out, now)
@@ -235,9 +246,9 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 
 // started handles the cell_started st of cell id (cs: the cell's state,
 // nil when the cell is not started yet): it starts the cell and processes
-// the events that waited for it; a redelivery is a duplicate, a second
+// the events of the same project and cell id that waited for it; a redelivery is a duplicate, a second
 // cell_started a dead letter.
-func (c *cells) started(cs *cellState, id string, st *schemas.CellStarted, m *inMsg, emit bool, out *sink, now time.Time) {
+func (c *cells) started(cs *cellState, id cellKey, st *schemas.CellStarted, m *inMsg, emit bool, out *sink, now time.Time) {
 	if cs != nil {
 		if cs.startedID == st.EventID {
 			c.m.duplicates.Inc()
@@ -266,7 +277,7 @@ func (c *cells) started(cs *cellState, id string, st *schemas.CellStarted, m *in
 // harness version is known (which may release a held finish), else it waits
 // for the update that introduces it, or is a dead letter once the cell
 // finished.
-func (c *cells) attempt(cs *cellState, id string, ev *schemas.TaskAttempt, m *inMsg, emit bool, out *sink, now time.Time) {
+func (c *cells) attempt(cs *cellState, id cellKey, ev *schemas.TaskAttempt, m *inMsg, emit bool, out *sink, now time.Time) {
 	if _, ok := cs.known[ev.HarnessVersion]; !ok {
 		if cs.finished {
 			c.deadLetter(m, unknownVersion(ev, "the cell finished"), emit, out)
@@ -285,7 +296,7 @@ func (c *cells) attempt(cs *cellState, id string, ev *schemas.TaskAttempt, m *in
 // the current version, add no content the cell already has and name its
 // evidence. An accepted update introduces its version, which releases the
 // attempts (and the finish) waiting for it.
-func (c *cells) update(cs *cellState, id string, ev *schemas.HarnessUpdate, m *inMsg, emit bool, out *sink, now time.Time) {
+func (c *cells) update(cs *cellState, id cellKey, ev *schemas.HarnessUpdate, m *inMsg, emit bool, out *sink, now time.Time) {
 	if _, dup := cs.ids[ev.EventID]; dup {
 		c.m.duplicates.Inc()
 		return
@@ -334,7 +345,7 @@ func (c *cells) update(cs *cellState, id string, ev *schemas.HarnessUpdate, m *i
 // Config.FinishHold (holds); then it is admitted and finishes the cell, and
 // the attempts still waiting for a version are dead letters. A redelivery is
 // a duplicate, a second cell_finished a dead letter.
-func (c *cells) finish(cs *cellState, id string, ev *schemas.CellFinished, m *inMsg, emit bool, out *sink, now time.Time) {
+func (c *cells) finish(cs *cellState, id cellKey, ev *schemas.CellFinished, m *inMsg, emit bool, out *sink, now time.Time) {
 	if !cs.finished && !cs.finishTimedOut && (c.pending.hasVersionWaiters(id) || int64(len(cs.attempts)) < ev.Attempts) {
 		// Attempts of the cell have not all been admitted: some wait for
 		// the update that introduces their version, or are still on their
@@ -426,7 +437,7 @@ func (c *cells) expired(p *pendItem, why string, emit bool, out *sink) {
 		return
 	}
 	c.deadLetter(p.m, reject(schemas.StageSemantic, CodeUnknownCell,
-		"%s %q: the cell_started of cell %q did not arrive before %s", p.m.ev.Type(), p.m.ev.Header().EventID, p.cell, why), emit, out)
+		"%s %q: the cell_started of cell %q did not arrive before %s", p.m.ev.Type(), p.m.ev.Header().EventID, p.cell.cell, why), emit, out)
 }
 
 // evict drops finished cells whose grace passed on either clock.
@@ -450,7 +461,7 @@ func (c *cells) evict(now time.Time) {
 // the update that introduces version.
 type pendItem struct {
 	m         *inMsg
-	cell      string
+	cell      cellKey
 	version   string
 	sinceLog  time.Time
 	sinceWall time.Time
@@ -461,7 +472,7 @@ type pendItem struct {
 // bound) and by cell (for release).
 type pendingBuf struct {
 	queue  []*pendItem
-	byCell map[string][]*pendItem
+	byCell map[cellKey][]*pendItem
 	live   int
 	// added and addedVersion count every item ever added (all, and those
 	// waiting for a version), for tests and logs.
@@ -522,14 +533,14 @@ func (b *pendingBuf) resolve(p *pendItem) {
 
 // take resolves and returns, in arrival order, the cell's items waiting for
 // version ("" = waiting for cell_started).
-func (b *pendingBuf) take(cell, version string) []*pendItem {
+func (b *pendingBuf) take(cell cellKey, version string) []*pendItem {
 	return b.takeIf(cell, func(p *pendItem) bool { return p.version == version })
 }
 
 // takeIf resolves and returns, in arrival order, the cell's items that match,
 // in one pass over the cell's list (resolve per item would be quadratic in a
 // cell's pending events).
-func (b *pendingBuf) takeIf(cell string, match func(*pendItem) bool) []*pendItem {
+func (b *pendingBuf) takeIf(cell cellKey, match func(*pendItem) bool) []*pendItem {
 	list, ok := b.byCell[cell]
 	if !ok {
 		return nil
@@ -559,7 +570,7 @@ const finishVersion = "\x00finish"
 
 // releaseFinish processes the cell's held cell_finished once no attempt of
 // the cell waits for a version any more.
-func (c *cells) releaseFinish(cell string, emit bool, out *sink, now time.Time) {
+func (c *cells) releaseFinish(cell cellKey, emit bool, out *sink, now time.Time) {
 	cs := c.byID[cell]
 	if cs == nil || !cs.heldFinish || c.pending.hasVersionWaiters(cell) {
 		return
@@ -576,7 +587,7 @@ func (c *cells) releaseFinish(cell string, emit bool, out *sink, now time.Time) 
 }
 
 // hasVersionWaiters reports whether an attempt of cell waits for a version.
-func (b *pendingBuf) hasVersionWaiters(cell string) bool {
+func (b *pendingBuf) hasVersionWaiters(cell cellKey) bool {
 	for _, p := range b.byCell[cell] {
 		if p.version != "" && p.version != finishVersion {
 			return true
@@ -586,6 +597,6 @@ func (b *pendingBuf) hasVersionWaiters(cell string) bool {
 }
 
 // takeVersions resolves and returns the cell's items waiting for a version.
-func (b *pendingBuf) takeVersions(cell string) []*pendItem {
+func (b *pendingBuf) takeVersions(cell cellKey) []*pendItem {
 	return b.takeIf(cell, func(p *pendItem) bool { return p.version != "" && p.version != finishVersion })
 }

@@ -22,6 +22,16 @@
 // member owns partition p of all five topics and sees every event of its
 // cells.
 //
+// # Projects
+//
+// A cell is identified by (project, cell_id), never by cell_id alone: stage
+// A's cell state, pending buffer and duplicate checks are keyed by both, the
+// pairing key starts with the project (score.PairingKey, each part escaped so
+// no '/' in a name can make two tuples one key), and derived ids
+// (schemas.DeriveEventID, samples' and round metrics' ids) hash the project.
+// Two projects that use the same cell id (on the same partition, since the
+// Kafka key is the cell id) are two cells whose events never meet.
+//
 // # Stage A: a deterministic merge, then validation
 //
 // Per assigned partition number, one goroutine merges the five topic

@@ -34,8 +34,8 @@ type pairState struct {
 	campaign  string
 	camp      *schemas.CampaignDeclared // the declaration whose params are applied
 	campVer   uint64                    // campaignTable.version when camp was looked up
-	started   map[string]bool
-	buf       map[string][]schemas.Event
+	started   map[cellKey]bool
+	buf       map[cellKey][]schemas.Event
 	hadCell   bool
 	isDone    bool
 	doneLog   time.Time
@@ -82,13 +82,13 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 	key := string(m.key)
 	ps := s.byKey[key]
 	if ps == nil {
-		ps = &pairState{key: key, started: map[string]bool{}, buf: map[string][]schemas.Event{}}
+		ps = &pairState{key: key, started: map[cellKey]bool{}, buf: map[cellKey][]schemas.Event{}}
 		ps.p = score.NewPairer(key, s.params(ps))
 		s.byKey[key] = ps
 	}
 	ps.touchLog, ps.touchWall = m.ts, now
 	ev := m.ev
-	cell := cellOf(ev)
+	cell := keyOf(ev)
 	if st, ok := ev.(*schemas.CellStarted); ok {
 		if ps.project == "" {
 			ps.project, ps.campaign = st.Project, st.CampaignID

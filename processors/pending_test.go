@@ -368,7 +368,7 @@ func TestIdleTickEndsHoldsByLogTime(t *testing.T) {
 // spun in its idle tick and a processor that never stopped.)
 func TestFinishShortOfAttemptsTimesOut(t *testing.T) {
 	recs := encodeRecords(t, gen.Generate(gen.Config{Seed: 17}))
-	var cell string
+	var cell cellKey
 	var last time.Time
 	kept := recs[:0:0]
 	for _, r := range recs {
@@ -379,8 +379,8 @@ func TestFinishShortOfAttemptsTimesOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a, ok := ev.(*schemas.TaskAttempt); ok && cell == "" {
-			cell = a.CellID // drop this attempt: its cell's finish counts it
+		if a, ok := ev.(*schemas.TaskAttempt); ok && cell.cell == "" {
+			cell = keyOf(a) // drop this attempt: its cell's finish counts it
 			continue
 		}
 		kept = append(kept, r)

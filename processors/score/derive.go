@@ -2,6 +2,7 @@ package score
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -64,9 +65,17 @@ func updateText(arts []schemas.Artifact) (text, kind string) {
 }
 
 // hexID is a derived event's id: the hex of the first 16 bytes of the
-// sha256 of parts joined by "|".
+// sha256 of parts, each length-prefixed (so that no byte can move from one
+// part to the next: a project or cell id holding a separator names no other
+// event). Callers put the project among the parts: two projects using the
+// same cell and update ids derive different samples and rounds.
 func hexID(parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "|")))
+	var b []byte
+	for _, p := range parts {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
 }
 
@@ -130,7 +139,7 @@ func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 	rm.AdherenceLoaded = r.adhLoad.ptr()
 	rm.AdherenceFinal = r.adhFinal.ptr()
 	rm.Envelope = schemas.Envelope{
-		EventID:   hexID("round", info.CellID, strconv.FormatInt(int64(r.cycle), 10)),
+		EventID:   hexID("round", p.params.Project, info.CellID, strconv.FormatInt(int64(r.cycle), 10)),
 		EventTime: at, Project: p.params.Project, Source: Source,
 	}
 	return rm
@@ -194,7 +203,7 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 		label = Label(est.Effect, est.PValue, min(est.NBefore, est.NAfter), p.params)
 		reason = Reason(est, info.Benchmark, p.params)
 	}
-	id := hexID("sample", u.updateID, info.CellID)
+	id := hexID("sample", p.params.Project, u.updateID, info.CellID)
 	evolver := u.evolver
 	if evolver == "" {
 		evolver = info.EvolverModel

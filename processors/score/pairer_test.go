@@ -123,7 +123,7 @@ func TestPairerSamples(t *testing.T) {
 	if s["e1-u2"].ArtifactKind != schemas.KindSkill || s["e1-u2"].Update != "### skill parse (modify)\nv2" {
 		t.Errorf("e1-u2 update %q kind %q", s["e1-u2"].Update, s["e1-u2"].ArtifactKind)
 	}
-	wantID := hexID("sample", "e1-u1", "e1")
+	wantID := hexID("sample", "acme", "e1-u1", "e1")
 	if u1.SampleID != wantID || u1.EventID != wantID || len(wantID) != 32 {
 		t.Errorf("ids %s / %s, want %s", u1.SampleID, u1.EventID, wantID)
 	}
@@ -333,7 +333,7 @@ func TestRoundMetrics(t *testing.T) {
 	check("lpr", got.LoadedPassRate, 200.0/3)
 	check("adherence_loaded", got.AdherenceLoaded, 0.7)
 	check("adherence_final", got.AdherenceFinal, 0.6)
-	if got.EventID != hexID("round", "rm", "1") || !got.EventTime.Equal(c.start.Add(17*time.Second)) {
+	if got.EventID != hexID("round", "", "rm", "1") || !got.EventTime.Equal(c.start.Add(17*time.Second)) {
 		// the latest input of round 1 is the r3 judgment (event 17 of the cell)
 		t.Errorf("id %s time %v", got.EventID, got.EventTime)
 	}
@@ -599,5 +599,19 @@ func TestUpdatesOvertakingAttempts(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d outputs, want %d", len(got), len(want))
+	}
+}
+
+// TestDerivedIDsProject: samples and round metrics of two projects that use
+// the same cell and update ids have different ids.
+func TestDerivedIDsProject(t *testing.T) {
+	if hexID("sample", "acme", "u1", "c1") == hexID("sample", "evil", "u1", "c1") {
+		t.Error("sample id does not depend on the project")
+	}
+	if hexID("round", "acme", "c1", "1") == hexID("round", "evil", "c1", "1") {
+		t.Error("round id does not depend on the project")
+	}
+	if hexID("sample", "a|u1", "c") == hexID("sample", "a", "u1|c") {
+		t.Error("a separator inside a part moves bytes between parts")
 	}
 }

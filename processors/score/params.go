@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -63,7 +64,18 @@ func (p Params) Validate() error {
 }
 
 // PairingKey returns the key that pairs a cell with its baseline:
-// "project/campaign_id/benchmark/agent_model/seed".
+// "project/campaign_id/benchmark/agent_model/seed". Each part has its '%'
+// and '/' escaped (%25, %2F), so that the key names one tuple only: without
+// it project "acme/c1" with campaign "swe" and agent "llama" would pair with
+// project "acme", campaign "c1", benchmark "swe", agent "meta/llama" (keys
+// of parts without those bytes read as before).
 func PairingKey(project string, c *schemas.CellStarted) string {
-	return project + "/" + c.CampaignID + "/" + c.Benchmark + "/" + c.AgentModel + "/" + strconv.FormatInt(int64(c.Seed), 10)
+	return keyPart(project) + "/" + keyPart(c.CampaignID) + "/" + keyPart(c.Benchmark) + "/" + keyPart(c.AgentModel) + "/" + strconv.FormatInt(int64(c.Seed), 10)
+}
+
+func keyPart(s string) string {
+	if !strings.ContainsAny(s, "%/") {
+		return s
+	}
+	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(s)
 }

@@ -268,6 +268,15 @@ func TestParams(t *testing.T) {
 	if k := PairingKey("acme", c); k != "acme/c1/swe/qwen/7" {
 		t.Errorf("PairingKey = %q", k)
 	}
+	// Projects are isolated: moving a '/' between parts is another key.
+	victim := &schemas.CellStarted{CampaignID: "c1", Benchmark: "swe", AgentModel: "meta/llama", Seed: 7}
+	other := &schemas.CellStarted{CampaignID: "swe", Benchmark: "meta", AgentModel: "llama", Seed: 7}
+	if a, b := PairingKey("acme", victim), PairingKey("acme/c1", other); a == b {
+		t.Errorf("projects acme and acme/c1 share the pairing key %q", a)
+	}
+	if a, b := PairingKey("a%2Fb", c), PairingKey("a/b", c); a == b {
+		t.Errorf("an escaped and a raw '/' share the pairing key %q", a)
+	}
 }
 
 func contains(s, sub string) bool {
