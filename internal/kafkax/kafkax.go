@@ -275,6 +275,29 @@ func WaitReachable(ctx context.Context, brokers []string, timeout time.Duration)
 	}
 }
 
+// Ping succeeds when any of brokers answers a metadata request with this
+// process's security (SASL, TLS: Configure), asking them in turn, each
+// within ctx and at most 5 s; otherwise it returns an error naming each broker and what it answered. It is
+// the readiness check of the services (obs.WithCheck); WaitReachable is the
+// wait at start.
+func Ping(ctx context.Context, brokers []string) error {
+	if len(brokers) == 0 {
+		return ErrNoBrokers
+	}
+	var errs []string
+	var last error
+	for _, b := range brokers {
+		if last = probe(ctx, b); last == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", b, last))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("no Kafka broker answers (%s): %w", strings.Join(errs, "; "), last)
+}
+
 // probe asks broker b for its metadata, a request a SASL broker answers only
 // to an authenticated client, on a connection of its own.
 func probe(ctx context.Context, b string) error {

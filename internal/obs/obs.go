@@ -39,12 +39,15 @@ func NewRegistry() *prometheus.Registry {
 type MuxOption func(*muxOptions)
 
 type muxOptions struct {
-	component string
-	ready     <-chan struct{}
+	component  string
+	ready      <-chan struct{}
+	checks     []check
+	checkEvery time.Duration
 }
 
 // ReadyMetric is the gauge Mux registers with WithReady: 1 while the
-// component is ready (what /readyz answers 200 for), else 0; its label
+// component is ready (what /readyz answers 200 for: started, and every
+// WithCheck passing), else 0; its label
 // "component" names the component. Prometheus alerts on it
 // (infra/prometheus/rules.yml).
 const ReadyMetric = "hf_ready"
@@ -78,11 +81,17 @@ func RegisterReady(r prometheus.Registerer, component string, ready func() bool)
 	}
 }
 
-// Mux returns a ServeMux with /metrics (what g gathers), /healthz (200 "ok"
-// while health returns nil, 503 with the error otherwise; a nil health is
-// always ok) and /readyz (503 until the WithReady channel is closed, then
-// as /healthz; without WithReady, as /healthz), and Go's /debug/pprof/
-// profiles when the environment has HF_PPROF=1.
+// Mux returns a ServeMux with /metrics (what g gathers), /healthz, /readyz,
+// and Go's /debug/pprof/ profiles when the environment has HF_PPROF=1.
+//
+// /healthz is liveness: 200 "ok" while health returns nil (a nil health is
+// always ok), 503 with the error otherwise; it does not look at the
+// service's brokers or ClickHouse, so an orchestrator does not restart a
+// process that only waits for them. /readyz is readiness: 503 "starting"
+// until the WithReady channel is closed, 503 with the error while health
+// fails, 503 with one "name: reason" line per failing WithCheck (its brokers
+// or ClickHouse unreachable), else 200 "ready"; it recovers by itself when
+// what it needs comes back.
 func Mux(g prometheus.Gatherer, health func() error, opts ...MuxOption) *http.ServeMux {
 	var o muxOptions
 	for _, opt := range opts {
@@ -106,8 +115,11 @@ func Mux(g prometheus.Gatherer, health func() error, opts ...MuxOption) *http.Se
 			return false
 		}
 	}
+	rd := newReadiness(o.checks, o.checkEvery)
 	if r, ok := g.(prometheus.Registerer); ok && o.ready != nil {
-		RegisterReady(r, o.component, func() bool { return started() && (health == nil || health() == nil) })
+		RegisterReady(r, o.component, func() bool {
+			return started() && (health == nil || health() == nil) && rd.Err() == nil
+		})
 	}
 	check := func(w http.ResponseWriter) bool {
 		if health != nil {
@@ -128,9 +140,14 @@ func Mux(g prometheus.Gatherer, health func() error, opts ...MuxOption) *http.Se
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
-		if check(w) {
-			_, _ = w.Write([]byte("ready\n"))
+		if !check(w) {
+			return
 		}
+		if err := rd.Err(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
 	})
 	if os.Getenv("HF_PPROF") == "1" {
 		// Go's profiles (heap, CPU, goroutines) for an operator chasing
