@@ -324,9 +324,11 @@ func (s *Server) Addr() string {
 }
 
 // Handler returns the gateway's HTTP handler: /v1/events, /v1/traces
-// (OTLP/HTTP, see otlp.go), /healthz, /metrics.
+// (OTLP/HTTP, see otlp.go), /healthz (liveness), /readyz (503 until it
+// listens, and while no broker answers: check "kafka") and /metrics.
 func (s *Server) Handler() http.Handler {
-	mux := obs.Mux(s.reg, nil, obs.WithReady("ingest", s.ready))
+	mux := obs.Mux(s.reg, nil, obs.WithReady("ingest", s.ready),
+		obs.WithCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, s.cfg.Brokers) }))
 	mux.HandleFunc("/v1/events", s.handleEvents)
 	mux.HandleFunc("/v1/traces", s.handleTraces)
 	return mux
