@@ -11,7 +11,9 @@
 // hf.judgments. Stage B (group Config.Group+"-pair") reads hf.outcomes. Each
 // stage scales by its own group. Every instance also reads hf.campaigns whole
 // (no group: a global table of label parameters); stage B starts only after
-// it has caught up with hf.campaigns' end offsets.
+// it has caught up with hf.campaigns' end offsets. An invalid declaration is
+// dead-lettered once: the group Config.Group+"-campaigns" is never joined,
+// its committed offsets only record up to where that was done.
 //
 // # Co-partitioning
 //
