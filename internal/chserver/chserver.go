@@ -11,6 +11,8 @@ package chserver
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -46,6 +48,16 @@ type Config struct {
 	StartTimeout time.Duration
 	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL. Default: 30s.
 	StopTimeout time.Duration
+	// Password is the password of the server's one user, `default`,
+	// stored as its SHA-256 (password_sha256_hex). Default: none.
+	Password string
+	// TLSCertFile and TLSKeyFile are the PEM certificate and key of a secure
+	// native port (tcp_port_secure) on 127.0.0.1, served beside the plain
+	// one. Default: none (no secure port).
+	TLSCertFile, TLSKeyFile string
+	// TCPPortSecure is the secure native port when TLSCertFile is set.
+	// Default: 0 (a free port).
+	TCPPortSecure int
 	// MaxServerMemory caps the server's memory (max_server_memory_usage, ignored
 	// by versions that lack it) and each query's (max_memory_usage).
 	// Default: 4 GiB.
@@ -102,6 +114,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TCPPort != 0 && c.TCPPort == c.HTTPPort {
 		errs = append(errs, fmt.Errorf("chserver: TCPPort and HTTPPort are both %d", c.TCPPort))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("chserver: TLSCertFile and TLSKeyFile go together"))
+	}
+	if c.TCPPortSecure < 0 || c.TCPPortSecure > 65535 {
+		errs = append(errs, fmt.Errorf("chserver: TCPPortSecure %d out of range", c.TCPPortSecure))
 	}
 	return errors.Join(errs...)
 }
@@ -168,6 +186,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("chserver: data dir: %w", err)
 	}
 	cfg.DataDir = dir
+	for _, f := range []*string{&cfg.TLSCertFile, &cfg.TLSKeyFile} {
+		if *f != "" {
+			if *f, err = filepath.Abs(*f); err != nil {
+				return nil, fmt.Errorf("chserver: tls: %w", err)
+			}
+		}
+	}
 	for _, sub := range []string{"data", "tmp", "user_files", "format_schemas", "log"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("chserver: %w", err)
@@ -175,7 +200,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// Free ports are picked by binding and releasing them, which can race with
 	// another process; when the server then fails to bind, try new ports.
-	autoPorts := cfg.TCPPort == 0 || cfg.HTTPPort == 0
+	secure := cfg.TLSCertFile != ""
+	autoPorts := cfg.TCPPort == 0 || cfg.HTTPPort == 0 || (secure && cfg.TCPPortSecure == 0)
 	tries := 1
 	if autoPorts {
 		tries = 3
@@ -183,8 +209,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	var lastErr error
 	for i := 0; i < tries; i++ {
 		c := cfg
-		if c.TCPPort == 0 || c.HTTPPort == 0 {
-			ports, err := freePorts(2)
+		if autoPorts {
+			ports, err := freePorts(3)
 			if err != nil {
 				return nil, fmt.Errorf("chserver: free ports: %w", err)
 			}
@@ -193,6 +219,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			}
 			if c.HTTPPort == 0 {
 				c.HTTPPort = ports[1]
+			}
+			if secure && c.TCPPortSecure == 0 {
+				c.TCPPortSecure = ports[2]
 			}
 		}
 		s, err := start(ctx, c)
@@ -259,11 +288,20 @@ func (s *Server) waitReady(ctx context.Context) error {
 			return fmt.Errorf("%w (%v) on tcp %d / http %d", ErrExited, s.werr, s.cfg.TCPPort, s.cfg.HTTPPort)
 		default:
 		}
-		if v, err := httpGet(ctx, client, q); err == nil {
+		if v, err := httpGet(ctx, client, q, s.cfg.Password); err == nil {
 			if c, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
 				c.Close()
-				s.version = strings.TrimSpace(v)
-				return nil
+				ok := true
+				if sa := s.SecureAddr(); sa != "" {
+					c, err := net.DialTimeout("tcp", sa, time.Second)
+					if ok = err == nil; ok {
+						c.Close()
+					}
+				}
+				if ok {
+					s.version = strings.TrimSpace(v)
+					return nil
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -281,10 +319,13 @@ func (s *Server) waitReady(ctx context.Context) error {
 	}
 }
 
-func httpGet(ctx context.Context, client *http.Client, u string) (string, error) {
+func httpGet(ctx context.Context, client *http.Client, u, password string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", err
+	}
+	if password != "" {
+		req.SetBasicAuth("default", password)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -303,6 +344,15 @@ func httpGet(ctx context.Context, client *http.Client, u string) (string, error)
 
 // Addr is the native-protocol address, 127.0.0.1:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.cfg.TCPPort)) }
+
+// SecureAddr is the secure native-protocol (TLS) address, 127.0.0.1:port,
+// or "" when the server has no TLS certificate.
+func (s *Server) SecureAddr() string {
+	if s.cfg.TLSCertFile == "" {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.cfg.TCPPortSecure))
+}
 
 // HTTPAddr is the HTTP interface's address, 127.0.0.1:port.
 func (s *Server) HTTPAddr() string {
@@ -434,7 +484,7 @@ func writeConfig(cfg Config) error {
     <listen_host>127.0.0.1</listen_host>
     <tcp_port>%d</tcp_port>
     <http_port>%d</http_port>
-    <path>%s</path>
+%s    <path>%s</path>
     <tmp_path>%s</tmp_path>
     <user_files_path>%s</user_files_path>
     <format_schema_path>%s</format_schema_path>
@@ -448,9 +498,9 @@ func writeConfig(cfg Config) error {
     <max_server_memory_usage>%d</max_server_memory_usage>
 </yandex>
 `, xmlText(filepath.Join(d, "log", "clickhouse-server.log")), xmlText(filepath.Join(d, "log", "clickhouse-server.err.log")),
-		cfg.TCPPort, cfg.HTTPPort, p("data"), p("tmp"), p("user_files"), p("format_schemas"), cfg.MaxServerMemory)
+		cfg.TCPPort, cfg.HTTPPort, secureConfig(cfg), p("data"), p("tmp"), p("user_files"), p("format_schemas"), cfg.MaxServerMemory)
 	users := fmt.Sprintf(`<?xml version="1.0"?>
-<!-- Written by harnessflow (internal/chserver): one local user, no password, loopback only. -->
+<!-- Written by harnessflow (internal/chserver): one local user, loopback only. -->
 <yandex>
     <profiles>
         <default>
@@ -459,7 +509,7 @@ func writeConfig(cfg Config) error {
     </profiles>
     <users>
         <default>
-            <password></password>
+            %s
             <networks>
                 <ip>::1</ip>
                 <ip>127.0.0.1</ip>
@@ -481,12 +531,45 @@ func writeConfig(cfg Config) error {
         </default>
     </quotas>
 </yandex>
-`, cfg.MaxServerMemory)
+`, cfg.MaxServerMemory, passwordConfig(cfg.Password))
 	if err := os.WriteFile(filepath.Join(d, "config.xml"), []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("chserver: write config: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(d, "users.xml"), []byte(users), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d, "users.xml"), []byte(users), 0o600); err != nil {
 		return fmt.Errorf("chserver: write users: %w", err)
 	}
 	return nil
+}
+
+// passwordConfig is the users.xml element of the default user's password:
+// its SHA-256 when there is one (18.16 and current releases read
+// password_sha256_hex), else an empty password.
+func passwordConfig(password string) string {
+	if password == "" {
+		return "<password></password>"
+	}
+	sum := sha256.Sum256([]byte(password))
+	return "<password_sha256_hex>" + hex.EncodeToString(sum[:]) + "</password_sha256_hex>"
+}
+
+// secureConfig is the config.xml part of the secure native port: the port
+// and the server's certificate (openSSL.server, which 18.16's Poco and
+// current releases read); "" without a certificate.
+func secureConfig(cfg Config) string {
+	if cfg.TLSCertFile == "" {
+		return ""
+	}
+	return fmt.Sprintf(`    <tcp_port_secure>%d</tcp_port_secure>
+    <openSSL>
+        <server>
+            <certificateFile>%s</certificateFile>
+            <privateKeyFile>%s</privateKeyFile>
+            <verificationMode>none</verificationMode>
+            <loadDefaultCAFile>false</loadDefaultCAFile>
+            <cacheSessions>true</cacheSessions>
+            <disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>
+            <preferServerCiphers>true</preferServerCiphers>
+        </server>
+    </openSSL>
+`, cfg.TCPPortSecure, xmlText(cfg.TLSCertFile), xmlText(cfg.TLSKeyFile))
 }

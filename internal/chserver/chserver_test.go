@@ -146,4 +146,8 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil || !errors.Is(err, chserver.ErrNoDataDir) || !strings.Contains(err.Error(), "TCPPort") || !strings.Contains(err.Error(), "HTTPPort") {
 		t.Fatalf("Validate = %v, want every problem", err)
 	}
+	c = chserver.Config{DataDir: "d", TLSCertFile: "cert.pem"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "TLSKeyFile") {
+		t.Fatalf("Validate(cert without key) = %v", err)
+	}
 }

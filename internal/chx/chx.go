@@ -50,15 +50,19 @@ const (
 // protocol) with database as the default database ("" = the server's default),
 // and pings it, retrying transient failures with exponential backoff for up to
 // PingMaxElapsed or until ctx ends. A server-side error (unknown database, bad
-// credentials) is not retried. The returned conn is safe for concurrent use.
+// credentials) is not retried, nor is a TLS setting the server refuses; both
+// errors name the flags to fix. It connects with the user, password and TLS
+// that Configure set (default: user "default", no password, plain TCP). The
+// returned conn is safe for concurrent use.
 func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
 	if strings.TrimSpace(addr) == "" {
 		return nil, ErrNoAddr
 	}
+	sec := security()
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Protocol: clickhouse.Native,
 		Addr:     strings.Split(addr, ","),
-		Auth:     clickhouse.Auth{Database: database, Username: "default"},
+		Auth:     clickhouse.Auth{Database: database, Username: sec.user, Password: sec.password},
 		Compression: &clickhouse.Compression{
 			Method: clickhouse.CompressionLZ4,
 		},
@@ -67,6 +71,11 @@ func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
 			c, err := d.DialContext(ctx, "tcp", addr)
 			if err != nil {
 				return nil, err
+			}
+			if sec.tls != nil {
+				if c, err = dialTLS(ctx, c, addr, sec.tls); err != nil {
+					return nil, err
+				}
 			}
 			return newWriteDeadlineConn(c, WriteTimeout), nil
 		},
@@ -91,7 +100,7 @@ func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
 		pctx, cancel := context.WithTimeout(ctx, DialTimeout)
 		defer cancel()
 		if err := conn.Ping(pctx); err != nil {
-			if !Retryable(err) {
+			if err, fix := explainOpenError(err, sec.user); fix || !Retryable(err) {
 				return backoff.Permanent(err)
 			}
 			return err

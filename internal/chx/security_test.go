@@ -1,0 +1,132 @@
+package chx_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/internal/chserver"
+	"github.com/harnessflow/harnessflow/internal/chx"
+)
+
+// writeCert writes a self-signed certificate for 127.0.0.1 (its own CA)
+// and its key as PEM files in dir.
+func writeCert(t *testing.T, dir string) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "harnessflow chx test server"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// TestOpenPasswordAndTLS runs a real clickhouse-server whose default user
+// has a password and which serves a secure native port: Open succeeds with
+// the password (over plain TCP and over TLS with the server's CA), and a
+// wrong or missing password, TLS to the plain port or an untrusted
+// certificate fail at once (no ping retries) with the flags to fix.
+func TestOpenPasswordAndTLS(t *testing.T) {
+	t.Cleanup(func() { _ = chx.Configure(chx.Security{}) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	otherCA, _ := writeCert(t, t.TempDir())
+	const pw = "s3cret <&> pw"
+	srv, err := chserver.Start(ctx, chserver.Config{DataDir: filepath.Join(dir, "ch"), Password: pw,
+		TLSCertFile: cert, TLSKeyFile: key, StopTimeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+
+	open := func(sec chx.Security, addr string) error {
+		t.Helper()
+		if err := chx.Configure(sec); err != nil {
+			t.Fatalf("Configure(%+v): %v", sec, err)
+		}
+		conn, err := chx.Open(ctx, addr, "")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		var one uint8
+		if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+			t.Fatalf("SELECT 1 on %s: %d, %v", addr, one, err)
+		}
+		return nil
+	}
+	if err := open(chx.Security{Password: pw}, srv.Addr()); err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+	if err := open(chx.Security{User: "default", Password: pw, CAFile: cert}, srv.SecureAddr()); err != nil {
+		t.Fatalf("right password over TLS: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		sec  chx.Security
+		addr string
+		want string
+	}{
+		{"wrong password", chx.Security{Password: "guess"}, srv.Addr(), "--clickhouse-password-file"},
+		{"no password", chx.Security{}, srv.Addr(), "--clickhouse-password-file"},
+		{"unknown user", chx.Security{User: "nobody", Password: pw}, srv.Addr(), "--clickhouse-user"},
+		{"TLS to the plain port", chx.Security{Password: pw, CAFile: cert}, srv.Addr(), "--clickhouse-tls"},
+		{"untrusted certificate", chx.Security{Password: pw, TLS: true, CAFile: otherCA}, srv.SecureAddr(), "--clickhouse-ca"},
+	} {
+		start := time.Now()
+		err := open(c.sec, c.addr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one naming %s", c.name, err, c.want)
+		}
+		if d := time.Since(start); d > chx.PingMaxElapsed/3 {
+			t.Errorf("%s: failed after %v: retried a setting error", c.name, d)
+		}
+	}
+}
+
+func TestConfigureBadCA(t *testing.T) {
+	t.Cleanup(func() { _ = chx.Configure(chx.Security{}) })
+	bad := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{bad, filepath.Join(t.TempDir(), "missing.pem")} {
+		if err := chx.Configure(chx.Security{CAFile: f}); err == nil || !strings.Contains(err.Error(), "--clickhouse-ca") {
+			t.Errorf("Configure(CAFile %s) = %v, want an error naming --clickhouse-ca", f, err)
+		}
+	}
+}
