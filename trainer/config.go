@@ -43,6 +43,18 @@ type Config struct {
 	// Listen is the HTTP address for /v1/score, /healthz, /metrics; "off"
 	// disables it. Default: 127.0.0.1:8090.
 	Listen string
+	// TLSCert and TLSKey are PEM files of a certificate (chain) and its
+	// key: with both, the HTTP API serves HTTPS only. Default: "" (plain
+	// HTTP).
+	TLSCert, TLSKey string
+	// ScoreTokenFile holds the bearer token POST /v1/score requires (its
+	// first line; a file readable by group or others is refused). /metrics,
+	// /healthz and /readyz stay open. Default: "" (no token unless
+	// ScoreToken is set).
+	ScoreTokenFile string
+	// ScoreToken is the bearer token /v1/score requires, given directly;
+	// ScoreTokenFile's takes precedence. Default: "" (open).
+	ScoreToken string
 	// Lambda weighs the std in reward = mean − λ·std. Default: 1.0 (0 means
 	// the default; use a tiny value for "almost no penalty").
 	Lambda float64
@@ -168,6 +180,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HeldoutFraction >= 1 {
 		bad("held-out fraction must be < 1")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("TLS needs both a certificate and its key (--tls-cert and --tls-key), or neither")
 	}
 	switch c.Device {
 	case "auto", "cpu", "cuda":

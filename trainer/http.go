@@ -1,12 +1,23 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"time"
 
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
 )
 
@@ -45,22 +56,122 @@ func (t *Trainer) serveHTTP(ctx context.Context) error {
 	}
 	addr := ln.Addr().String()
 	t.markReady(addr)
-	if err := obs.ServeListener(ctx, ln, t.Handler()); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := t.serveOn(ctx, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http %s: %w", addr, err)
 	}
 	return nil
 }
 
-// Handler returns the trainer's HTTP handler: /v1/score, /metrics, /healthz
-// (503 while the checkpoint is restored) and /readyz (503 until Ready, then
-// as /healthz).
+// serveOn serves the HTTP API on ln until ctx ends: over TLS when the
+// configuration has a certificate (HTTPS only), with deadlines on headers,
+// bodies and idle connections.
+func (t *Trainer) serveOn(ctx context.Context, ln net.Listener) error {
+	if t.tlsCert != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*t.tlsCert}, MinVersion: tls.VersionTLS12})
+	}
+	srv := &http.Server{Handler: t.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 120 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	return obs.ServeServer(ctx, ln, srv, 5*time.Second)
+}
+
+// Handler returns the trainer's HTTP handler: /v1/score (behind the bearer
+// token when one is configured), /metrics, /healthz (liveness: 200 while
+// the process serves) and /readyz (503 until Ready, while the checkpoint is
+// restored, and while no Kafka broker or ClickHouse answers).
 func (t *Trainer) Handler() http.Handler {
-	mux := obs.Mux(t.served, func() error {
-		if !t.restoreDone.Load() {
-			return errors.New("restoring checkpoint")
-		}
-		return nil
-	}, obs.WithReady("trainer", t.Ready()))
-	mux.HandleFunc("/v1/score", t.handleScore)
+	// Run opens ClickHouse before it serves the API; a handler built
+	// before that (a test's) reports ClickHouse as not connected.
+	ch := t.ch
+	mux := obs.Mux(t.served, nil, obs.WithReady("trainer", t.Ready()),
+		obs.WithCheck("checkpoint", func(context.Context) error {
+			if !t.restoreDone.Load() {
+				return errors.New("restoring checkpoint")
+			}
+			return nil
+		}),
+		obs.WithCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, t.cfg.Brokers) }),
+		obs.WithCheck("clickhouse", func(ctx context.Context) error {
+			if ch == nil {
+				return errors.New("not connected yet")
+			}
+			return ch.Ping(ctx)
+		}))
+	mux.Handle("/v1/score", t.requireScoreToken(http.HandlerFunc(t.handleScore)))
 	return mux
+}
+
+// requireScoreToken answers 401 to a request without "Authorization:
+// Bearer <token>" (scheme in any case) naming the configured token; with
+// no token configured it is next itself. The token is compared in constant
+// time (hashes of equal length, so its length does not leak either).
+func (t *Trainer) requireScoreToken(next http.Handler) http.Handler {
+	if t.scoreToken == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(t.scoreToken))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := bearer(r.Header.Get("Authorization"))
+		sum := sha256.Sum256([]byte(got))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="harnessflow-trainer"`)
+			writeJSONError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: send the header Authorization: Bearer <token> (train --score-token-file)"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearer returns the credentials of an "Authorization: Bearer X" header,
+// the scheme matched in any case (RFC 9110 §11.1).
+func bearer(h string) (string, bool) {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	cred = strings.TrimSpace(cred)
+	return cred, cred != ""
+}
+
+// readScoreToken reads the /v1/score token from path: its first line,
+// without a byte order mark or surrounding spaces. A file readable by
+// group or others, and an empty one, are refused.
+func readScoreToken(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: score token file: %v", ErrConfig, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
+		return "", fmt.Errorf("%w: score token file %s is readable by group or others (mode %v): chmod 600 %s", ErrConfig, path, perm, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: score token file: %v", ErrConfig, err)
+	}
+	b = bytes.TrimPrefix(b, []byte{0xef, 0xbb, 0xbf})
+	line, _, _ := strings.Cut(string(b), "\n")
+	if line = strings.TrimSpace(line); line == "" {
+		return "", fmt.Errorf("%w: score token file %s is empty", ErrConfig, path)
+	}
+	return line, nil
+}
+
+// loadHTTPSecurity loads the TLS certificate and the /v1/score token the
+// configuration names (New calls it).
+func (t *Trainer) loadHTTPSecurity() error {
+	if t.cfg.TLSCert != "" {
+		c, err := tls.LoadX509KeyPair(t.cfg.TLSCert, t.cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("%w: trainer TLS: load the certificate %s and key %s (PEM files): %v", ErrConfig, t.cfg.TLSCert, t.cfg.TLSKey, err)
+		}
+		t.tlsCert = &c
+	}
+	t.scoreToken = t.cfg.ScoreToken
+	if t.cfg.ScoreTokenFile != "" {
+		tok, err := readScoreToken(t.cfg.ScoreTokenFile)
+		if err != nil {
+			return err
+		}
+		t.scoreToken = tok
+	}
+	return nil
 }

@@ -21,6 +21,7 @@ package trainer
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -87,6 +88,10 @@ type Trainer struct {
 	metrics   *metrics
 	// served is the registry /metrics serves (see WithRegisterer).
 	served *prometheus.Registry
+	// tlsCert (nil: plain HTTP) and scoreToken ("": /v1/score open) are
+	// the HTTP API's security, loaded by New (http.go).
+	tlsCert    *tls.Certificate
+	scoreToken string
 }
 
 // New validates cfg and builds the trainer's models on its backend. It does
@@ -99,6 +104,9 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 	o := collect(opts)
 	t := &Trainer{cfg: cfg, log: o.logger("trainer"), ln: o.ln, be: o.be, wrapCH: o.wrapCH,
 		offsets: map[int32]int64{}, cells: map[string]int32{}, ready: make(chan struct{})}
+	if err := t.loadHTTPSecurity(); err != nil {
+		return nil, err
+	}
 	if t.be == nil {
 		be, why, err := backend.Open(cfg.Device)
 		if err != nil {
