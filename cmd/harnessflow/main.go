@@ -58,7 +58,7 @@ upper case with dashes as underscores (--brokers -> HF_BROKERS).`,
 	for _, f := range subcommands {
 		root.AddCommand(f())
 	}
-	var sec kafkaSecurity
+	var sec security
 	sec.flags(root)
 	bindEnv(root, sec.apply)
 	return root

@@ -1,10 +1,36 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 )
+
+// security holds the global credential and TLS flags of the process: how
+// its Kafka clients (--kafka-*) and its ClickHouse connections
+// (--clickhouse-user, --clickhouse-password-file, --clickhouse-tls,
+// --clickhouse-ca) authenticate and encrypt. docs/security.md is the guide.
+type security struct {
+	kafka      kafkaSecurity
+	clickhouse clickhouseSecurity
+}
+
+func (s *security) flags(root *cobra.Command) {
+	s.kafka.flags(root)
+	s.clickhouse.flags(root)
+}
+
+// apply configures kafkax and chx from the flags (after their environment
+// variables were read).
+func (s *security) apply() error {
+	if err := s.kafka.apply(); err != nil {
+		return err
+	}
+	return s.clickhouse.apply()
+}
 
 // kafkaSecurity holds the global --kafka-* flags: how every Kafka client of
 // the process authenticates and encrypts (kafkax.Configure).
@@ -34,4 +60,35 @@ func (k *kafkaSecurity) apply() error {
 		sec.Password = pw
 	}
 	return kafkax.Configure(sec)
+}
+
+// clickhouseSecurity holds the global --clickhouse-* credential flags: how
+// every ClickHouse connection of the process authenticates and encrypts
+// (chx.Configure).
+type clickhouseSecurity struct {
+	user, passwordFile, ca string
+	tls                    bool
+}
+
+func (c *clickhouseSecurity) flags(root *cobra.Command) {
+	f := root.PersistentFlags()
+	f.StringVar(&c.user, "clickhouse-user", chx.DefaultUser, "ClickHouse user")
+	f.StringVar(&c.passwordFile, "clickhouse-password-file", "", "file whose first line is the ClickHouse user's password (mode 600; default: no password)")
+	f.BoolVar(&c.tls, "clickhouse-tls", false, "connect to ClickHouse over TLS (its secure native port, usually 9440)")
+	f.StringVar(&c.ca, "clickhouse-ca", "", "PEM file of the CA certificates of the ClickHouse server (implies --clickhouse-tls; default: the system's)")
+}
+
+// apply configures chx from the flags (after their environment variables
+// were read). With none set, connections are as before: user default, no
+// password, plain TCP.
+func (c *clickhouseSecurity) apply() error {
+	sec := chx.Security{User: c.user, TLS: c.tls, CAFile: c.ca}
+	if c.passwordFile != "" {
+		pw, err := kafkax.ReadPasswordFile(c.passwordFile)
+		if err != nil {
+			return fmt.Errorf("--clickhouse-password-file: %w", err)
+		}
+		sec.Password = pw
+	}
+	return chx.Configure(sec)
 }

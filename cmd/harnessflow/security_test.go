@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/chserver"
+	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -151,6 +153,76 @@ func TestSecuredBrokerAndClientFlags(t *testing.T) {
 	}
 	code, _, stderr = prodRunCLI(t, ctx, "", "consume", "--brokers", addr, "--topic", schemas.TopicAttempts, "--max", "1")
 	if code != 2 || !strings.Contains(stderr, "chmod 600") {
+		t.Fatalf("loose password file: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// TestClickHousePasswordAndTLSFlags runs a real clickhouse-server whose
+// default user has a password and which serves a secure native port:
+// migrate with --clickhouse-password-file, and report with the
+// HF_CLICKHOUSE_* environment over TLS, reach it; a wrong or missing
+// password and an untrusted certificate exit 2 at once naming the flag to
+// fix; a password file open to others is refused before anything connects.
+func TestClickHousePasswordAndTLSFlags(t *testing.T) {
+	t.Cleanup(func() { _ = chx.Configure(chx.Security{}) })
+	ctx := prodCtx(t, 3*time.Minute)
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	otherCA, _ := writeCert(t, t.TempDir())
+	pwFile, wrongPW := filepath.Join(dir, "ch-pw"), filepath.Join(dir, "ch-wrong")
+	writeFile(t, pwFile, "ch s3cret\n", 0o600)
+	writeFile(t, wrongPW, "guess\n", 0o600)
+	srv, err := chserver.Start(ctx, chserver.Config{DataDir: filepath.Join(dir, "ch"), Password: "ch s3cret",
+		TLSCertFile: cert, TLSKeyFile: key, StopTimeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+
+	migrate := []string{"migrate", "--clickhouse", srv.Addr(), "--database", "hfsec"}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no password", migrate, "--clickhouse-password-file"},
+		{"wrong password", append(migrate, "--clickhouse-password-file", wrongPW), "--clickhouse-password-file"},
+		{"wrong user", append(migrate, "--clickhouse-user", "hf", "--clickhouse-password-file", pwFile), "--clickhouse-user"},
+		{"untrusted", []string{"migrate", "--clickhouse", srv.SecureAddr(), "--clickhouse-password-file", pwFile, "--clickhouse-ca", otherCA}, "--clickhouse-ca"},
+		{"TLS to the plain port", append(migrate, "--clickhouse-password-file", pwFile, "--clickhouse-tls"), "--clickhouse-tls"},
+	} {
+		start := time.Now()
+		code, _, stderr := prodRunCLI(t, ctx, "", c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) || time.Since(start) > 10*time.Second {
+			t.Errorf("%s: exit %d after %v, want 2 at once and a message naming %s; stderr:\n%s", c.name, code, time.Since(start), c.want, stderr)
+		}
+	}
+
+	// Flags: the password over plain TCP.
+	code, out, stderr := prodRunCLI(t, ctx, "", append(migrate, "--clickhouse-password-file", pwFile)...)
+	if code != 0 || !strings.Contains(out, "0001") {
+		t.Fatalf("migrate with --clickhouse-password-file: exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+
+	// Environment: the password over TLS, checked against the server's CA.
+	t.Setenv("HF_CLICKHOUSE_USER", "default")
+	t.Setenv("HF_CLICKHOUSE_PASSWORD_FILE", pwFile)
+	t.Setenv("HF_CLICKHOUSE_CA", cert)
+	code, out, stderr = prodRunCLI(t, ctx, "", "migrate", "--clickhouse", srv.SecureAddr(), "--database", "hfsec")
+	if code != 0 || !strings.Contains(out, "0001") {
+		t.Fatalf("migrate over TLS with HF_CLICKHOUSE_*: exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	code, out, stderr = prodRunCLI(t, ctx, "", "report", "--clickhouse", srv.SecureAddr(), "--database", "hfsec")
+	if code == 2 {
+		t.Fatalf("report over TLS with HF_CLICKHOUSE_*: exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+
+	// A password file readable by others: exit 2 naming the flag and the chmod.
+	if err := os.Chmod(pwFile, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = prodRunCLI(t, ctx, "", "migrate", "--clickhouse", srv.SecureAddr(), "--database", "hfsec")
+	if code != 2 || !strings.Contains(stderr, "chmod 600") || !strings.Contains(stderr, "--clickhouse-password-file") {
 		t.Fatalf("loose password file: exit %d, stderr:\n%s", code, stderr)
 	}
 }
