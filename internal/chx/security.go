@@ -120,6 +120,16 @@ var authCodes = map[int32]bool{
 	516: true, // AUTHENTICATION_FAILED
 }
 
+// Refused reports whether err is the server refusing this process's
+// settings rather than an outage: a refused login (wrong user or password)
+// or a TLS handshake that failed on a certificate or on a port that does not
+// speak TLS. Retrying such an error cannot succeed until the operator fixes
+// the flags.
+func Refused(err error) bool {
+	_, fix := explainOpenError(err, "")
+	return fix
+}
+
 // explainOpenError turns a failed first ping into what to fix: a refused
 // login names the credential flags, a failed TLS handshake the TLS ones.
 func explainOpenError(err error, user string) (error, bool) {

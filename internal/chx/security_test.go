@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -15,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/harnessflow/harnessflow/internal/chserver"
 	"github.com/harnessflow/harnessflow/internal/chx"
@@ -109,12 +113,24 @@ func TestOpenPasswordAndTLS(t *testing.T) {
 	} {
 		start := time.Now()
 		err := open(c.sec, c.addr)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: err = %v, want one naming %s", c.name, err, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !chx.Refused(err) {
+			t.Errorf("%s: err = %v (Refused %v), want one naming %s", c.name, err, chx.Refused(err), c.want)
 		}
 		if d := time.Since(start); d > chx.PingMaxElapsed/3 {
 			t.Errorf("%s: failed after %v: retried a setting error", c.name, d)
 		}
+	}
+}
+
+func TestRefusedIsNotAnOutage(t *testing.T) {
+	for _, err := range []error{nil, errors.New("dial tcp 127.0.0.1:9000: connect: connection refused"),
+		&clickhouse.Exception{Code: 60, Message: "Table doesn't exist"}} {
+		if chx.Refused(err) {
+			t.Errorf("Refused(%v) = true", err)
+		}
+	}
+	if !chx.Refused(fmt.Errorf("ping: %w", &clickhouse.Exception{Code: 516, Message: "Authentication failed"})) {
+		t.Error("Refused(AUTHENTICATION_FAILED) = false")
 	}
 }
 
