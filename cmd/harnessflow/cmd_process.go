@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -36,12 +40,41 @@ func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) 
 func runProcessor(cmd *cobra.Command, cfg processors.Config, brokers string, component string) error {
 	cfg.Brokers = kafkax.ParseBrokers(brokers)
 	log := obs.NewLogger(component)
+	// The command serves --listen itself (processorsMux), from the start
+	// and with a readiness check of the brokers, instead of the processor.
+	listen := cfg.Listen
+	cfg.Listen = ""
 	p, err := processors.New(cfg, processors.WithLogger(log))
 	if err != nil {
 		return withCode(2, err)
 	}
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	httpDone := make(chan error, 1)
+	if listen != "" {
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return withCode(1, fmt.Errorf("serve %s: %w", listen, err))
+		}
+		go func() {
+			err := obs.ServeListener(ctx, ln, processorsMux(p, cfg.Brokers))
+			if err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Str("listen", listen).Msg("metrics endpoint failed")
+				cancel()
+			}
+			httpDone <- err
+		}()
+	} else {
+		httpDone <- nil
+	}
 	log.Info().Strs("brokers", cfg.Brokers).Str("group", cfg.Group).Str("pair_group", processors.PairGroup(cfg.Group)).Msg("processor starting")
-	if err := p.Run(cmd.Context()); err != nil {
+	err = p.Run(ctx)
+	cancel()
+	httpErr := <-httpDone
+	if err == nil && httpErr != nil && cmd.Context().Err() == nil {
+		err = fmt.Errorf("serve %s: %w", listen, httpErr)
+	}
+	if err != nil {
 		if errors.Is(err, processors.ErrTopicLayout) {
 			return withCode(2, err)
 		}
@@ -49,6 +82,14 @@ func runProcessor(cmd *cobra.Command, cfg processors.Config, brokers string, com
 	}
 	log.Info().Msg("processor stopped")
 	return nil
+}
+
+// processorsMux is the processors' /metrics, /healthz and /readyz: ready
+// once both stages run (Processor.Ready) and while a broker answers
+// (check "kafka").
+func processorsMux(p *processors.Processor, brokers []string) http.Handler {
+	return obs.Mux(p.Registry(), nil, obs.WithReady("processors", p.Ready()),
+		obs.WithCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, brokers) }))
 }
 
 func newProcessCmd() *cobra.Command {

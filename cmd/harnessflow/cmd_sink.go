@@ -3,8 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spf13/cobra"
 
@@ -32,7 +38,9 @@ down it stops fetching, retries, and resumes with nothing lost. Undecodable
 messages become rows of rejected_events (stage decode).
 
 It applies the schema migrations at start, serves /metrics, /healthz and /readyz
-on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits.`,
+on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits. /healthz
+answers 200 while the process runs; /readyz answers 503 naming what is
+unreachable while no Kafka broker or ClickHouse answers.`,
 		Example: "  harnessflow sink --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,7 +57,7 @@ on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits.`,
 			defer cancel()
 			httpDone := make(chan error, 1)
 			go func() {
-				err := obs.Serve(ctx, listen, obs.Mux(reg, nil, obs.WithReady("sink", s.Ready())))
+				err := obs.Serve(ctx, listen, sinkMux(reg, s, kafkax.ParseBrokers(brokers), addr))
 				if err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error().Err(err).Str("listen", listen).Msg("metrics endpoint failed")
 				}
@@ -74,4 +82,50 @@ on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits.`,
 	cmd.Flags().IntVar(&maxBytes, "max-bytes", d.MaxBytes, "message bytes per insert at most (per table)")
 	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old")
 	return cmd
+}
+
+// sinkMux is the sink's /metrics, /healthz and /readyz: ready once it
+// consumes (Sink.Ready) and while a broker (check "kafka") and ClickHouse
+// (check "clickhouse") answer.
+func sinkMux(reg *prometheus.Registry, s *chsink.Sink, brokers []string, chAddr string) http.Handler {
+	return obs.Mux(reg, nil, obs.WithReady("sink", s.Ready()),
+		obs.WithCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, brokers) }),
+		obs.WithCheck("clickhouse", clickHouseCheck(chAddr)))
+}
+
+// clickHouseCheck is a readiness check of the ClickHouse server at addr: a
+// ping on a connection of its own (with the process's ClickHouse
+// credentials and TLS), opened by the first check that reaches the server
+// and kept for the next ones.
+func clickHouseCheck(addr string) func(context.Context) error {
+	var mu sync.Mutex
+	var conn driver.Conn
+	return func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if conn == nil {
+			// A server that refuses connections is said so at once
+			// (chx.Open would retry it until ctx ends).
+			var dialErr error
+			for _, a := range strings.Split(addr, ",") {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, "tcp", strings.TrimSpace(a))
+				if err == nil {
+					c.Close()
+					dialErr = nil
+					break
+				}
+				dialErr = err
+			}
+			if dialErr != nil {
+				return dialErr
+			}
+			c, err := chx.Open(ctx, addr, "")
+			if err != nil {
+				return err
+			}
+			conn = c
+		}
+		return conn.Ping(ctx)
+	}
 }
