@@ -60,8 +60,10 @@ type Config struct {
 	// TrainerListen is the trainer's /v1/score address. Default: 127.0.0.1:8090
 	// (a free port when taken).
 	TrainerListen string
-	// MetricsListen serves /metrics and /healthz for the processors, the sink
-	// and the gateway. Default: 127.0.0.1:9464 (a free port when taken).
+	// MetricsListen serves /metrics, /healthz and /readyz for the
+	// processors, the sink and the gateway (/readyz: 503 until every
+	// component started, and while the brokers or ClickHouse do not answer).
+	// Default: 127.0.0.1:9464 (a free port when taken).
 	MetricsListen string
 	// Device is the trainer's compute device (auto, cpu, cuda). Default: auto.
 	Device string
@@ -265,7 +267,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	handed = true
 	ep.MetricsURL = "http://" + metricsLn.Addr().String() + "/metrics"
 	g.Go(func() error {
-		return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil, obs.WithReady("up", s.ready)))
+		return obs.ServeListener(gctx, metricsLn, obs.Mux(reg, nil, obs.WithReady("up", s.ready),
+			obs.WithCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, brokers) }),
+			obs.WithCheck("clickhouse", dbConn.Ping)))
 	})
 	g.Go(func() error { return named("processors", proc.Run(gctx)) })
 	g.Go(func() error { return named("sink", sink.Run(gctx)) })
