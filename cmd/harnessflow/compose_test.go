@@ -3,12 +3,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 )
 
 type composeFile struct {
@@ -27,6 +32,8 @@ type composeService struct {
 	Restart     string         `yaml:"restart"`
 	DependsOn   map[string]any `yaml:"depends_on"`
 	Volumes     []string       `yaml:"volumes"`
+	Secrets     []string       `yaml:"secrets"`
+	User        string         `yaml:"user"`
 }
 
 type composeBuild struct {
@@ -264,5 +271,165 @@ func TestComposeMonitoring(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(graf.Environment["GF_INSTALL_PLUGINS"]), "grafana-clickhouse-datasource") {
 		t.Error("grafana does not install grafana-clickhouse-datasource")
+	}
+}
+
+// composeSecretFiles returns the compose file's secrets: name -> file
+// (relative to the repository root, without "./").
+func composeSecretFiles(t *testing.T, c composeFile) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name, v := range c.Secrets {
+		m, _ := v.(map[string]any)
+		f, _ := m["file"].(string)
+		if !strings.HasPrefix(f, "./secrets/") {
+			t.Errorf("secret %s: file %q, want one under ./secrets/ (generated, never committed)", name, f)
+		}
+		out[name] = strings.TrimPrefix(f, "./")
+	}
+	return out
+}
+
+var runSecret = regexp.MustCompile(`/run/secrets/([A-Za-z0-9_.-]+)`)
+
+// TestComposeCredentials checks that compose runs with credentials: the
+// ClickHouse `default` user gets its password from a secret, the brokers
+// accept SASL only, every harnessflow service that reaches Kafka or
+// ClickHouse passes the SASL and password flags (which parse) with secrets it
+// mounts, and infra/scripts/compose-secrets.sh generates every secret file,
+// with the modes harnessflow accepts and the users the brokers know.
+func TestComposeCredentials(t *testing.T) {
+	c := loadCompose(t)
+	files := composeSecretFiles(t, c)
+	// mounted reports the /run/secrets/NAME paths of text that svc does not
+	// mount or that are not compose secrets.
+	mounted := func(svc string, s composeService, text string) {
+		t.Helper()
+		for _, m := range runSecret.FindAllStringSubmatch(text, -1) {
+			if !slices.Contains(s.Secrets, m[1]) {
+				t.Errorf("%s: uses /run/secrets/%s but does not mount secret %s", svc, m[1], m[1])
+			}
+			if _, ok := files[m[1]]; !ok {
+				t.Errorf("%s: secret %s is not defined", svc, m[1])
+			}
+		}
+	}
+
+	ch := c.Services["clickhouse"]
+	if ch.Environment["CLICKHOUSE_PASSWORD_FILE"] != "/run/secrets/clickhouse_password" || ch.Environment["CLICKHOUSE_SKIP_USER_SETUP"] != nil {
+		t.Errorf("clickhouse: environment %v, want CLICKHOUSE_PASSWORD_FILE=/run/secrets/clickhouse_password and no passwordless default user", ch.Environment)
+	}
+	mounted("clickhouse", ch, fmt.Sprint(ch.Environment))
+	if hc := fmt.Sprint(ch.Healthcheck["test"]); !strings.Contains(hc, "/run/secrets/clickhouse_password") {
+		t.Errorf("clickhouse: health check %s logs in without the password", hc)
+	}
+	mounted("clickhouse", ch, fmt.Sprint(ch.Healthcheck["test"]))
+
+	for _, n := range []string{"kafka1", "kafka2", "kafka3"} {
+		s := c.Services[n]
+		env := func(k string) string { v, _ := s.Environment[k].(string); return v }
+		protocols := map[string]string{}
+		for _, kv := range strings.Split(env("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"), ",") {
+			k, v, _ := strings.Cut(kv, ":")
+			protocols[k] = v
+		}
+		for _, l := range strings.Split(env("KAFKA_ADVERTISED_LISTENERS"), ",") {
+			name, _, _ := strings.Cut(l, "://")
+			if !strings.HasPrefix(protocols[name], "SASL_") {
+				t.Errorf("%s: advertised listener %s is %q, want SASL_PLAINTEXT or SASL_SSL", n, name, protocols[name])
+			}
+		}
+		if !strings.HasPrefix(protocols[env("KAFKA_INTER_BROKER_LISTENER_NAME")], "SASL_") || env("KAFKA_SASL_MECHANISM_INTER_BROKER_PROTOCOL") != "PLAIN" ||
+			!slices.Contains(strings.Split(env("KAFKA_SASL_ENABLED_MECHANISMS"), ","), "PLAIN") {
+			t.Errorf("%s: brokers do not talk SASL/PLAIN between themselves: %v", n, s.Environment)
+		}
+		if !strings.Contains(env("KAFKA_OPTS"), "-Djava.security.auth.login.config=/run/secrets/kafka_jaas") {
+			t.Errorf("%s: KAFKA_OPTS %q does not name the JAAS secret", n, env("KAFKA_OPTS"))
+		}
+		mounted(n, s, env("KAFKA_OPTS"))
+		if hc := fmt.Sprint(s.Healthcheck["test"]); !strings.Contains(hc, "--command-config /run/secrets/") {
+			t.Errorf("%s: health check %s has no SASL client config", n, hc)
+		}
+		mounted(n, s, fmt.Sprint(s.Healthcheck["test"]))
+	}
+
+	for name, s := range c.Services {
+		if s.Build == nil || len(s.Command) == 0 {
+			continue
+		}
+		cmd, rest, err := newRoot().Find(s.Command)
+		if err != nil {
+			continue // TestComposeCommands reports it
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		mounted(name, s, strings.Join(s.Command, " "))
+		if !strings.Contains(s.User, "${HF_UID") {
+			t.Errorf("%s: user %q, want the secret files' owner (${HF_UID}:${HF_GID} from .env)", name, s.User)
+		}
+		get := func(flag string) string { v, _ := cmd.Flags().GetString(flag); return v }
+		if f := cmd.Flags().Lookup("brokers"); f != nil && f.Changed {
+			if get("kafka-sasl") != "plain" || get("kafka-user") != "harnessflow" || get("kafka-password-file") != "/run/secrets/kafka_password" {
+				t.Errorf("%s: reaches Kafka without --kafka-sasl plain --kafka-user harnessflow --kafka-password-file /run/secrets/kafka_password: %q", name, s.Command)
+			}
+		}
+		if f := cmd.Flags().Lookup("clickhouse"); f != nil && f.Changed {
+			if get("clickhouse-password-file") != "/run/secrets/clickhouse_password" {
+				t.Errorf("%s: reaches ClickHouse without --clickhouse-password-file /run/secrets/clickhouse_password: %q", name, s.Command)
+			}
+		}
+	}
+
+	// The generation script: every secret file, harnessflow's readable by
+	// harnessflow (0600, one line), the brokers' naming the services' user
+	// with its password; a second run keeps the passwords.
+	dir := t.TempDir()
+	gen := func() {
+		t.Helper()
+		cmd := exec.Command("bash", filepath.Join(repoRoot(t), "infra", "scripts", "compose-secrets.sh"))
+		cmd.Env = append(os.Environ(), "HF_COMPOSE_DIR="+dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("compose-secrets.sh: %v\n%s", err, out)
+		}
+	}
+	gen()
+	read := func(secret string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, files[secret]))
+		if err != nil {
+			t.Fatalf("secret %s: %v", secret, err)
+		}
+		return string(b)
+	}
+	for secret := range files {
+		read(secret)
+	}
+	pw := map[string]string{}
+	for _, secret := range []string{"clickhouse_password", "kafka_password", "ingest_tokens"} {
+		p, err := kafkax.ReadPasswordFile(filepath.Join(dir, files[secret]))
+		if err != nil || len(p) < 16 {
+			t.Fatalf("secret %s: %q, %v", secret, p, err)
+		}
+		pw[secret] = p
+	}
+	jaas := read("kafka_jaas")
+	if !strings.Contains(jaas, `user_harnessflow="`+pw["kafka_password"]+`"`) {
+		t.Errorf("kafka_jaas does not accept user harnessflow with kafka_password:\n%s", jaas)
+	}
+	m := regexp.MustCompile(`username="broker"\s+password="([0-9a-f]+)"`).FindStringSubmatch(jaas)
+	if m == nil || !strings.Contains(jaas, `user_broker="`+m[1]+`"`) || !strings.Contains(read("kafka_client"), `username="broker" password="`+m[1]+`"`) {
+		t.Errorf("the brokers' own login is not one they accept, or not the health check's:\n%s\n%s", jaas, read("kafka_client"))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, ".env")); err != nil || !strings.Contains(string(b), fmt.Sprintf("HF_UID=%d\n", os.Getuid())) {
+		t.Errorf(".env: %q, %v; want HF_UID=%d", b, err, os.Getuid())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "secrets", ".gitignore")); err != nil || !strings.Contains(string(b), "*") {
+		t.Errorf("secrets/.gitignore does not ignore the secrets: %q, %v", b, err)
+	}
+	gen()
+	if p, _ := kafkax.ReadPasswordFile(filepath.Join(dir, files["kafka_password"])); p != pw["kafka_password"] {
+		t.Error("a second run replaced kafka_password")
 	}
 }
