@@ -17,16 +17,18 @@ const RecomputeChunk = 500
 // query size exceeded", permanent: a sink would stop on it at every start).
 const MaxStatementBytes = 128 << 10
 
-// recomputeSQL writes the cell_scores rows of the listed cells ({cells})
-// from their deduplicated attempts: the cell_rates fragment, the same
-// definition v_cell_scores computes live, restricted to those cells.
+// recomputeSQL writes the cell_scores rows of the listed cells ({cells}, a
+// list of (project, cell_id) tuples) from their deduplicated attempts: the
+// cell_rates fragment keyed by project and cell id, the same definition
+// v_cell_scores computes live, restricted to those cells.
 var recomputeSQL = func() string {
-	rates, err := fragmentWhere("cell_rates", "cell_id IN ({cells})")
+	rates, err := fragmentWhere("cell_rates", "project, cell_id", "(project, cell_id) IN ({cells})")
 	if err != nil {
 		panic(err) // embedded; TestRecompute* cover it
 	}
-	return `INSERT INTO {db}.cell_scores (cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version, _computed_at)
+	return `INSERT INTO {db}.cell_scores (project, cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version, _computed_at)
 SELECT
+    project,
     cell_id,
     r_n_tasks,
     r_pass_rate,
@@ -41,23 +43,30 @@ FROM
 )`
 }()
 
-// RecomputeCellScores recomputes the cell_scores summaries (0003_cell_scores.sql)
-// of cellIDs in database from their attempts in task_attempts. Call it after
-// inserting attempts of those cells, before acknowledging them: the summary
-// is then what v_cell_scores would compute live. It is idempotent (a re-run
-// writes the same figures with a newer _version) and reads only the listed
-// cells' rows (task_attempts is ordered by cell_id). A cell without attempts
-// gets no row. Duplicate and empty ids are ignored. The cells are split over
-// statements of at most RecomputeChunk cells and MaxStatementBytes bytes; an
-// id whose quoted literal alone would not fit (over ~126 KiB: no valid event
-// has one, schemas caps ids at 256 bytes) is skipped and its cell keeps its
-// old summary.
-func RecomputeCellScores(ctx context.Context, s Session, database string, cellIDs []string) error {
+// CellKey identifies a cell: two projects that use one cell id have two
+// cells (0004_project_keys.sql).
+type CellKey struct {
+	Project, CellID string
+}
+
+// RecomputeCells recomputes the cell_scores summaries (0003_cell_scores.sql,
+// keyed by project and cell id since 0004) of cells in database from their
+// attempts in task_attempts. Call it after inserting attempts of those
+// cells, before acknowledging them: the summary is then what v_cell_scores
+// would compute live. It is idempotent (a re-run writes the same figures with
+// a newer _version) and reads only the listed cells' rows (task_attempts is
+// ordered by project, cell_id). A cell without attempts gets no row.
+// Duplicates and keys with an empty cell id are ignored. The cells are split
+// over statements of at most RecomputeChunk cells and MaxStatementBytes
+// bytes; a key whose quoted tuple alone would not fit (over ~126 KiB: no
+// valid event has one, schemas caps ids at 256 bytes) is skipped and its
+// cell keeps its old summary.
+func RecomputeCells(ctx context.Context, s Session, database string, cells []CellKey) error {
 	if strings.TrimSpace(database) == "" {
 		return ErrNoDatabase
 	}
 	q := QuoteIdent(database)
-	for _, lits := range recomputeChunks(uniqueSorted(cellIDs), len(recomputeSQL)+len(q)+64) {
+	for _, lits := range recomputeChunks(uniqueTuples(cells), len(recomputeSQL)+len(q)+64) {
 		// The version is taken before the statement reads: a recomputation
 		// that started later (and so saw at least as many rows) wins.
 		// One pass over the template: a cell id holding "{db}" stays as it is.
@@ -70,16 +79,75 @@ func RecomputeCellScores(ctx context.Context, s Session, database string, cellID
 	return nil
 }
 
-// recomputeChunks quotes ids and groups the literals so that each group,
-// joined with ", " into a template of fixed bytes, stays within
-// MaxStatementBytes and RecomputeChunk; literals that fit in no group are
-// dropped.
-func recomputeChunks(ids []string, fixed int) [][]string {
+// RecomputeCellScores recomputes, like RecomputeCells, the summaries of
+// every cell whose id is in cellIDs, in every project that has one (each
+// project's cell its own summary). Callers that know the projects use
+// RecomputeCells.
+func RecomputeCellScores(ctx context.Context, s Session, database string, cellIDs []string) error {
+	if strings.TrimSpace(database) == "" {
+		return ErrNoDatabase
+	}
+	ids := uniqueSorted(cellIDs)
+	if len(ids) == 0 {
+		return nil
+	}
+	var keys []CellKey
+	for _, chunk := range recomputeChunks(quoteAll(ids), 256) {
+		_, rows, err := s.QueryStrings(ctx, "SELECT DISTINCT project, cell_id FROM "+QuoteIdent(database)+
+			".task_attempts WHERE cell_id IN ("+strings.Join(chunk, ", ")+")")
+		if err != nil {
+			return &RecomputeError{Cells: len(chunk), Err: err}
+		}
+		for _, r := range rows {
+			if len(r) == 2 {
+				keys = append(keys, CellKey{Project: r[0], CellID: r[1]})
+			}
+		}
+	}
+	return RecomputeCells(ctx, s, database, keys)
+}
+
+func quoteAll(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = QuoteString(id)
+	}
+	return out
+}
+
+// uniqueTuples returns the distinct keys with a cell id, sorted, each as a
+// quoted ('project', 'cell_id') tuple.
+func uniqueTuples(cells []CellKey) []string {
+	keys := make([]CellKey, 0, len(cells))
+	for _, c := range cells {
+		if c.CellID != "" {
+			keys = append(keys, c)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Project != keys[j].Project {
+			return keys[i].Project < keys[j].Project
+		}
+		return keys[i].CellID < keys[j].CellID
+	})
+	out := make([]string, 0, len(keys))
+	for i, k := range keys {
+		if i > 0 && k == keys[i-1] {
+			continue
+		}
+		out = append(out, "("+QuoteString(k.Project)+", "+QuoteString(k.CellID)+")")
+	}
+	return out
+}
+
+// recomputeChunks groups literals so that each group, joined with ", "
+// into a template of fixed bytes, stays within MaxStatementBytes and
+// RecomputeChunk; literals that fit in no group are dropped.
+func recomputeChunks(lits []string, fixed int) [][]string {
 	var out [][]string
 	var cur []string
 	size := fixed
-	for _, id := range ids {
-		lit := QuoteString(id)
+	for _, lit := range lits {
 		if fixed+len(lit) > MaxStatementBytes {
 			continue
 		}

@@ -57,7 +57,7 @@ func recomputeLongIDs(t *testing.T, size int) {
 		f.add("task_attempts", attemptRow(id, "t1", 1, "ok", true, true, 0, 1))
 	}
 	f.insert(t, ch.Conn, 1)
-	if err := chddl.RecomputeCellScores(ctx, chx.Session(ch.Conn), ch.Database, ids); err != nil {
+	if err := chddl.RecomputeCells(ctx, chx.Session(ch.Conn), ch.Database, keysOf("p", ids...)); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, ch.Conn, "SELECT count() FROM cell_scores FINAL", "3")
@@ -65,7 +65,7 @@ func recomputeLongIDs(t *testing.T, size int) {
 func TestRecomputeStatementsStayUnderMaxQuerySize(t *testing.T) {
 	ids := capIDs(2000)
 	rs := &recordingSession{}
-	if err := chddl.RecomputeCellScores(context.Background(), rs, "harnessflow", ids); err != nil {
+	if err := chddl.RecomputeCells(context.Background(), rs, "harnessflow", keysOf("p", ids...)); err != nil {
 		t.Fatal(err)
 	}
 	seen := 0
@@ -86,10 +86,19 @@ func TestRecomputeStatementsStayUnderMaxQuerySize(t *testing.T) {
 func TestRecomputeSkipsAnIDThatFitsNoStatement(t *testing.T) {
 	rs := &recordingSession{}
 	huge := strings.Repeat("x", chddl.MaxStatementBytes)
-	if err := chddl.RecomputeCellScores(context.Background(), rs, "harnessflow", []string{"a", huge, "b"}); err != nil {
+	if err := chddl.RecomputeCells(context.Background(), rs, "harnessflow", keysOf("p", "a", huge, "b")); err != nil {
 		t.Fatal(err)
 	}
-	if len(rs.stmts) != 1 || !strings.Contains(rs.stmts[0], "'a', 'b'") || len(rs.stmts[0]) > chddl.MaxStatementBytes {
+	if len(rs.stmts) != 1 || !strings.Contains(rs.stmts[0], "('p', 'a'), ('p', 'b')") || len(rs.stmts[0]) > chddl.MaxStatementBytes {
 		t.Fatalf("statements %d, first %d bytes", len(rs.stmts), len(rs.stmts[0]))
 	}
+}
+
+// keysOf returns the keys of cells ids of project.
+func keysOf(project string, ids ...string) []chddl.CellKey {
+	out := make([]chddl.CellKey, len(ids))
+	for i, id := range ids {
+		out[i] = chddl.CellKey{Project: project, CellID: id}
+	}
+	return out
 }

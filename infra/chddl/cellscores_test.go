@@ -41,11 +41,11 @@ func TestCellScoresMatchLiveViewsAndStayExactOnRedelivery(t *testing.T) {
 	sameSnapshot(t, "after recompute", live, snapshot(t, c))
 
 	// The view reads the summary: a newer summary row is what it shows ...
-	b, err := c.PrepareBatch(ctx, "INSERT INTO cell_scores (cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version)")
+	b, err := c.PrepareBatch(ctx, "INSERT INTO cell_scores (project, cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version)")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Append("A1_E3", uint64(99), 1.0, 2.0, 3.0, 4.0, uint64(time.Now().Add(time.Hour).UnixNano())); err != nil {
+	if err := b.Append("p", "A1_E3", uint64(99), 1.0, 2.0, 3.0, 4.0, uint64(time.Now().Add(time.Hour).UnixNano())); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Send(); err != nil {
@@ -188,11 +188,11 @@ func TestMigrateReappliesFilesAfterAChangedOne(t *testing.T) {
 	f := fixture{}
 	f.add("cells", cellRow("c9", "A1", "", 1))
 	f.insert(t, ch.Conn, 1)
-	bb, err := ch.Conn.PrepareBatch(ctx, "INSERT INTO cell_scores (cell_id, n_tasks, pass_rate, _version)")
+	bb, err := ch.Conn.PrepareBatch(ctx, "INSERT INTO cell_scores (project, cell_id, n_tasks, pass_rate, _version)")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bb.Append("c9", uint64(7), 42.0, uint64(1)); err != nil {
+	if err := bb.Append("p", "c9", uint64(7), 42.0, uint64(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := bb.Send(); err != nil {

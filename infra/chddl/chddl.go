@@ -208,6 +208,11 @@ func Migrate(ctx context.Context, s Session, database string) (Result, error) {
 			continue
 		}
 		reapply = true
+		if f.Version == rekeyVersion {
+			if err := rekey(ctx, s, database); err != nil {
+				return res, err
+			}
+		}
 		for i, stmt := range f.Statements(database, res.Dialect) {
 			if err := s.Exec(ctx, stmt); err != nil {
 				return res, &StatementError{File: f.Name, Index: i + 1, SQL: stmt, Err: err}
@@ -223,7 +228,9 @@ func Migrate(ctx context.Context, s Session, database string) (Result, error) {
 
 // Print writes every statement that Migrate applies to an empty database, in
 // dialect d, each ending with ';' at the end of a line: the database, the
-// ledger, every migration and its ledger record. Applied by hand (or by other
+// ledger, every migration and its ledger record. The tables that migration
+// 0004 rebuilds (rekey.go) are printed with their final definitions where
+// earlier files create them, as Migrate leaves them. Applied by hand (or by other
 // tooling), it leaves the database as Migrate would, and a later Migrate finds
 // nothing to do.
 func Print(w io.Writer, database string, d Dialect) error {
@@ -237,7 +244,7 @@ func Print(w io.Writer, database string, d Dialect) error {
 	for _, f := range Files() {
 		fmt.Fprintf(bw, "\n-- %s (sha256 %s)\n", f.Name, f.Checksum)
 		for _, stmt := range f.Statements(database, d) {
-			fmt.Fprintf(bw, "%s;\n\n", stmt)
+			fmt.Fprintf(bw, "%s;\n\n", printedStatement(f, stmt, database, d))
 		}
 		fmt.Fprintf(bw, "%s;\n", recordSQL(q, f, "now()"))
 	}

@@ -10,7 +10,10 @@ import (
 // written once in fragments/<name>.sql: a migration names one on a line of
 // its own as {name}, or {name WHERE <condition>} to restrict the rows the
 // fragment reads (the fragment says where, with a {where} line; the
-// condition may span lines and use {db}). Files expands them before
+// condition may span lines and use {db}), and {name BY <columns>} or
+// {name BY <columns> WHERE <condition>} to key cells by other columns than
+// cell_id alone (the fragment writes {by} where the key goes; 0004 and later
+// key by project, cell_id). Files expands them before
 // computing a file's checksum, so the ledger records what was run.
 //
 //go:embed fragments/*.sql
@@ -25,13 +28,24 @@ func fragment(name string) (string, bool) {
 	return strings.TrimRight(string(b), "\n"), true
 }
 
+// defaultBy is what a fragment's {by} stands for unless the reference says
+// otherwise: the cell id alone, as migrations 0002 and 0003 were released
+// (their text, hence their checksums, do not change).
+const defaultBy = "cell_id"
+
 // fragmentWhere returns fragment name with its {where} line replaced by
-// "WHERE cond", or dropped when cond is empty.
-func fragmentWhere(name, cond string) (string, error) {
+// "WHERE cond", or dropped when cond is empty, and its {by} (the columns
+// that identify a cell, grouped by and returned first) replaced by by, or
+// by defaultBy when by is empty.
+func fragmentWhere(name, by, cond string) (string, error) {
 	text, ok := fragment(name)
 	if !ok {
 		return "", fmt.Errorf("chddl: no fragment %q (fragments/%s.sql)", name, name)
 	}
+	if by == "" {
+		by = defaultBy
+	}
+	text = strings.ReplaceAll(text, "{by}", by)
 	lines := strings.Split(text, "\n")
 	out := lines[:0]
 	found := false
@@ -74,14 +88,23 @@ func expandFragments(sql string) (string, error) {
 			continue
 		}
 		cond = strings.TrimSpace(cond)
+		var by string
+		if rest, ok := strings.CutPrefix(cond, "BY "); ok {
+			// {name BY a, b} or {name BY a, b WHERE condition}
+			by, cond, _ = strings.Cut(rest, " WHERE ")
+			by = strings.TrimSpace(by)
+			if cond = strings.TrimSpace(cond); cond != "" {
+				cond = "WHERE " + cond
+			}
+		}
 		if cond != "" {
 			kw, rest, _ := strings.Cut(cond, " ")
 			if kw != "WHERE" {
-				return "", fmt.Errorf("chddl: fragment reference {%s}: want {%s} or {%s WHERE condition}", ref, name, name)
+				return "", fmt.Errorf("chddl: fragment reference {%s}: want {%s}, {%s WHERE condition}, {%s BY columns} or {%s BY columns WHERE condition}", ref, name, name, name, name)
 			}
 			cond = strings.TrimSpace(rest)
 		}
-		text, err := fragmentWhere(name, cond)
+		text, err := fragmentWhere(name, by, cond)
 		if err != nil {
 			return "", err
 		}

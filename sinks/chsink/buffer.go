@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -19,7 +20,7 @@ type job struct {
 	rows    []row
 	bytes   int
 	pending map[tp]int64
-	cells   []string // task_attempts: the cells to recompute
+	cells   []chddl.CellKey // task_attempts: the cells to recompute
 	done    atomic.Bool
 }
 

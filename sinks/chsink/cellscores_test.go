@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -24,7 +25,7 @@ type failingScorer struct {
 	calls atomic.Int64
 }
 
-func (f *failingScorer) RecomputeCellScores(context.Context, []string) error {
+func (f *failingScorer) RecomputeCellScores(context.Context, []chddl.CellKey) error {
 	f.calls.Add(1)
 	return errors.New("recompute refused")
 }

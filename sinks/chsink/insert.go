@@ -7,6 +7,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -169,8 +170,8 @@ func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
 		if wait != nil {
 			wait.Stop()
 		}
-		seen := map[string]struct{}{}
-		var list []string
+		seen := map[chddl.CellKey]struct{}{}
+		var list []chddl.CellKey
 		for _, j := range batch {
 			for _, c := range j.cells {
 				if _, dup := seen[c]; !dup {
@@ -195,15 +196,17 @@ func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
 	}
 }
 
-// attemptCells returns the distinct cell ids of task_attempts rows.
-func attemptCells(rows []row) []string {
-	seen := map[string]struct{}{}
-	var out []string
+// attemptCells returns the distinct cells, (project, cell id), of
+// task_attempts rows.
+func attemptCells(rows []row) []chddl.CellKey {
+	seen := map[chddl.CellKey]struct{}{}
+	var out []chddl.CellKey
 	for _, r := range rows {
 		if a, ok := r.ev.(*schemas.TaskAttempt); ok {
-			if _, dup := seen[a.CellID]; !dup {
-				seen[a.CellID] = struct{}{}
-				out = append(out, a.CellID)
+			k := chddl.CellKey{Project: a.Project, CellID: a.CellID}
+			if _, dup := seen[k]; !dup {
+				seen[k] = struct{}{}
+				out = append(out, k)
 			}
 		}
 	}

@@ -27,7 +27,7 @@ type BatchWriter interface {
 // without it leaves cell_scores alone and the views compute those cells live
 // (exact, slower).
 type CellScorer interface {
-	RecomputeCellScores(ctx context.Context, cellIDs []string) error
+	RecomputeCellScores(ctx context.Context, cells []chddl.CellKey) error
 }
 
 // connWriter implements BatchWriter and CellScorer over clickhouse-go's native protocol with
@@ -103,6 +103,6 @@ func quoteAll(cols []string) string {
 	return strings.Join(q, ", ")
 }
 
-func (w *connWriter) RecomputeCellScores(ctx context.Context, cellIDs []string) error {
-	return chddl.RecomputeCellScores(ctx, chx.Session(w.conn), w.database, cellIDs)
+func (w *connWriter) RecomputeCellScores(ctx context.Context, cells []chddl.CellKey) error {
+	return chddl.RecomputeCells(ctx, chx.Session(w.conn), w.database, cells)
 }

@@ -310,14 +310,14 @@ func (r *Report) rounds(ctx context.Context, conn Querier) error {
     toNullable(toFloat64(avg(r_pass))), toNullable(toFloat64(if(count() < 2, NULL, stddevSamp(r_pass)))), toNullable(toFloat64(avg(r_lift)))
 FROM
 (
-    SELECT cell_id, cycle,
+    SELECT project, cell_id, cycle,
         argMax(campaign_id, _version) AS r_campaign,
         argMax(benchmark, _version) AS r_benchmark,
         argMax(evolver_model, _version) AS r_evolver,
         argMax(pass_rate, _version) AS r_pass,
         argMax(lift_vs_baseline, _version) AS r_lift
     FROM round_metrics
-    GROUP BY cell_id, cycle
+    GROUP BY project, cell_id, cycle
 )
 WHERE r_campaign = ?
 GROUP BY r_benchmark, r_evolver, cycle

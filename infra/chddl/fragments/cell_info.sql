@@ -1,7 +1,7 @@
     -- cell_info: a cell's identity from its cell_started event, one row per
     -- cell (the highest _version), every column named apart (ci_*).
     SELECT
-        cell_id,
+        {by},
         argMax(project, _version) AS ci_project,
         argMax(campaign_id, _version) AS ci_campaign,
         argMax(benchmark, _version) AS ci_benchmark,
@@ -11,4 +11,4 @@
         argMax(route, _version) AS ci_route
     FROM {db}.cells
     WHERE kind = 'started'
-    GROUP BY cell_id
+    GROUP BY {by}

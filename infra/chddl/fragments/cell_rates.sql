@@ -4,7 +4,7 @@
     -- r_mean_score_final (fractional). One outcome per (cell_id, task_id),
     -- the highest _version of the matching row; status <> 'ok' is a failure.
     SELECT
-        cell_id,
+        {by},
         count() AS r_n_tasks,
         100 * avg(t_first) AS r_pass_rate,
         100 * avg(t_final) AS r_pass_rate_final,
@@ -13,7 +13,7 @@
     FROM
     (
         SELECT
-            cell_id,
+            {by},
             task_id,
             argMaxIf(success = 1 AND status = 'ok', _version, attempt = 1) AS t_first,
             argMaxIf(if(status = 'ok', score, 0), _version, attempt = 1) AS t_first_score,
@@ -21,6 +21,6 @@
             argMaxIf(if(status = 'ok', score, 0), _version, final = 1) AS t_final_score
         FROM {db}.task_attempts
         {where}
-        GROUP BY cell_id, task_id
+        GROUP BY {by}, task_id
     )
-    GROUP BY cell_id
+    GROUP BY {by}
