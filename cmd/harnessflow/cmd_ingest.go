@@ -27,7 +27,8 @@ mismatch; 413 above --max-body.
 It also serves POST /v1/traces, an OTLP/HTTP trace receiver (protobuf or JSON,
 gzip allowed, the same tokens): invoke_agent spans become task_attempt events and
 skill-loading tool spans skill_event events (docs/otlp.md has the mapping); and
-/healthz, /readyz and /metrics.`,
+/healthz, /readyz and /metrics. /healthz answers 200 while the process runs;
+/readyz answers 503 naming what is unreachable while no Kafka broker answers.`,
 		Example: "  harnessflow ingest --brokers 127.0.0.1:9092 --listen 127.0.0.1:8080 --tokens tokens.txt\n" +
 			"  curl -H 'Authorization: Bearer T' --data-binary @events.ndjson http://127.0.0.1:8080/v1/events",
 		Args: cobra.NoArgs,
