@@ -226,3 +226,75 @@ func TestClickHousePasswordAndTLSFlags(t *testing.T) {
 		t.Fatalf("loose password file: exit %d, stderr:\n%s", code, stderr)
 	}
 }
+
+// TestSinkThroughSASLBrokerToPasswordClickHouse runs the sink between a
+// broker that requires SCRAM over TLS and a ClickHouse whose default user
+// has a password, served over TLS, every setting from HF_* variables: an
+// attempt produced with the same settings lands in task_attempts. With a
+// wrong ClickHouse password the sink exits at once naming the flag.
+func TestSinkThroughSASLBrokerToPasswordClickHouse(t *testing.T) {
+	t.Cleanup(func() { _ = kafkax.Configure(kafkax.Security{}); _ = chx.Configure(chx.Security{}) })
+	ctx := prodCtx(t, 3*time.Minute)
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	users, kafkaPW, chPW, wrongPW := filepath.Join(dir, "users"), filepath.Join(dir, "kafka-pw"), filepath.Join(dir, "ch-pw"), filepath.Join(dir, "wrong")
+	writeFile(t, users, "svc s3cret\n", 0o600)
+	writeFile(t, kafkaPW, "s3cret\n", 0o600)
+	writeFile(t, chPW, "ch s3cret\n", 0o600)
+	writeFile(t, wrongPW, "guess\n", 0o600)
+	addr := startSecuredBroker(t, users, cert, key)
+	srv, err := chserver.Start(ctx, chserver.Config{DataDir: filepath.Join(dir, "ch"), Password: "ch s3cret",
+		TLSCertFile: cert, TLSKeyFile: key, StopTimeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	for k, v := range map[string]string{"HF_KAFKA_SASL": "scram-sha-256", "HF_KAFKA_USER": "svc", "HF_KAFKA_PASSWORD_FILE": kafkaPW,
+		"HF_KAFKA_CA": cert, "HF_CLICKHOUSE_PASSWORD_FILE": chPW, "HF_CLICKHOUSE_CA": cert} {
+		t.Setenv(k, v)
+	}
+	sink := []string{"sink", "--brokers", addr, "--clickhouse", srv.SecureAddr(), "--database", "hfsink", "--listen", "127.0.0.1:0"}
+
+	start := time.Now()
+	code, _, stderr := prodRunCLI(t, ctx, "", append(sink, "--clickhouse-password-file", wrongPW)...)
+	if code == 0 || !strings.Contains(stderr, "--clickhouse-password-file") || time.Since(start) > 15*time.Second {
+		t.Fatalf("sink with a wrong ClickHouse password: exit %d after %v, want a failure at once naming --clickhouse-password-file; stderr:\n%s",
+			code, time.Since(start), stderr)
+	}
+
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	type exit struct {
+		code   int
+		stderr string
+	}
+	done := make(chan exit, 1)
+	go func() {
+		code, _, stderr := prodRunCLI(t, sctx, "", sink...)
+		done <- exit{code, stderr}
+	}()
+	line := prodJSONL(t, []schemas.Event{producerstest.TaskAttempt(1, "p")})[0]
+	if code, _, stderr := prodRunCLI(t, ctx, line+"\n", "produce", "--brokers", addr); code != 0 {
+		t.Fatalf("produce: exit %d; stderr:\n%s", code, stderr)
+	}
+	var n uint64
+	for deadline := time.Now().Add(90 * time.Second); n == 0; {
+		select {
+		case e := <-done:
+			t.Fatalf("sink exited with %d: %s", e.code, e.stderr)
+		default:
+		}
+		if conn, err := chx.Open(ctx, srv.SecureAddr(), "hfsink"); err == nil {
+			_ = conn.QueryRow(ctx, "SELECT count() FROM task_attempts").Scan(&n)
+			conn.Close()
+		}
+		if n == 0 && time.Now().After(deadline) {
+			t.Fatal("the attempt did not reach task_attempts within 90s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	stop()
+	if e := <-done; e.code != 0 {
+		t.Fatalf("sink: exit %d; stderr:\n%s", e.code, e.stderr)
+	}
+}
