@@ -335,20 +335,21 @@ func TestSinkWritesEveryTableAndRedeliveryChangesNoView(t *testing.T) {
 }
 
 // assertSummariesLive checks that every cell_scores summary equals the live
-// per-task deduplication of the cell's attempts (v_cell_scores' definition).
+// per-task deduplication of the cell's attempts (v_cell_scores' definition),
+// a cell being (project, cell_id).
 func assertSummariesLive(t *testing.T, conn driver.Conn) {
 	t.Helper()
-	const live = `SELECT cell_id, count(), 100 * avg(t_first), 100 * avg(t_final), 100 * avg(t_first_score), 100 * avg(t_final_score)
-FROM (SELECT cell_id, task_id,
+	const live = `SELECT project, cell_id, count(), 100 * avg(t_first), 100 * avg(t_final), 100 * avg(t_first_score), 100 * avg(t_final_score)
+FROM (SELECT project, cell_id, task_id,
     argMaxIf(success = 1 AND status = 'ok', _version, attempt = 1) AS t_first,
     argMaxIf(if(status = 'ok', score, 0), _version, attempt = 1) AS t_first_score,
     argMaxIf(success = 1 AND status = 'ok', _version, final = 1) AS t_final,
     argMaxIf(if(status = 'ok', score, 0), _version, final = 1) AS t_final_score
-  FROM task_attempts GROUP BY cell_id, task_id)
-GROUP BY cell_id ORDER BY cell_id`
-	const summary = `SELECT cell_id, argMax(n_tasks, _version), argMax(pass_rate, _version), argMax(pass_rate_final, _version),
+  FROM task_attempts GROUP BY project, cell_id, task_id)
+GROUP BY project, cell_id ORDER BY project, cell_id`
+	const summary = `SELECT project, cell_id, argMax(n_tasks, _version), argMax(pass_rate, _version), argMax(pass_rate_final, _version),
     argMax(mean_score, _version), argMax(mean_score_final, _version)
-FROM cell_scores GROUP BY cell_id ORDER BY cell_id`
+FROM cell_scores GROUP BY project, cell_id ORDER BY project, cell_id`
 	_, want, err := chx.QueryStrings(context.Background(), conn, live)
 	if err != nil {
 		t.Fatal(err)
