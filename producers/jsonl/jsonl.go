@@ -140,8 +140,12 @@ func emitLines(ctx context.Context, p *producers.Producer, in io.Reader, stderr 
 	lim := schemas.DefaultLimits()
 	r := bufio.NewReaderSize(in, 1<<20)
 	for n := 1; ctx.Err() == nil; n++ {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
+		line, long, err := readLine(r, nil, lim.Event)
+		if long {
+			c.lines.Add(1)
+			c.rejected.Add(1)
+			fmt.Fprintf(stderr, "line %d: longer than the %d-byte event cap: skipped\n", n, lim.Event)
+		} else if len(line) > 0 {
 			c.lines.Add(1)
 			line = bytes.TrimSpace(line)
 			if len(line) > 0 {
@@ -170,6 +174,27 @@ func emitLines(ctx context.Context, p *producers.Producer, in io.Reader, stderr 
 		}
 	}
 	return nil
+}
+
+// readLine appends the next line of r (up to and including its '\n') to
+// buf and returns it. A line longer than max is not held: the rest of it is
+// read and dropped, and long is true (line then holds its first bytes only).
+// err is r's error (io.EOF at the end, with the last line if it has no
+// '\n').
+func readLine(r *bufio.Reader, buf []byte, max int) (line []byte, long bool, err error) {
+	for {
+		frag, err := r.ReadSlice('\n')
+		if !long {
+			if len(buf)+len(frag) > max {
+				long = true
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		if err != bufio.ErrBufferFull {
+			return buf, long, err
+		}
+	}
 }
 
 // logFinished logs the run's totals.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +153,52 @@ func TestProduceSchemaRegistryDownIsNotARejectedLine(t *testing.T) {
 	err := jsonl.Produce(ctx, cfg, strings.NewReader(in), &stderr)
 	if err == nil || errors.Is(err, jsonl.ErrRejected) || !strings.HasPrefix(err.Error(), "line 1: ") {
 		t.Fatalf("Produce with the registry down: %v, want a line 1 error that is not ErrRejected; stderr:\n%s", err, stderr.String())
+	}
+}
+
+// endlessLine is a reader of one line of n 'a' bytes after '{', then rest.
+type endlessLine struct {
+	n    int
+	rest *strings.Reader
+}
+
+func (r *endlessLine) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return r.rest.Read(p)
+	}
+	k := min(len(p), r.n)
+	for i := range p[:k] {
+		p[i] = 'a'
+	}
+	r.n -= k
+	return k, nil
+}
+
+// TestProduceSkipsALineOverTheCapWithoutHoldingIt: a 256 MiB line is
+// reported as over the event cap and skipped, the next line is produced,
+// and the line was never held (less than 64 MiB allocated in all; reading
+// it whole allocated more than 256 MiB).
+func TestProduceSkipsALineOverTheCapWithoutHoldingIt(t *testing.T) {
+	b := testenv.Kafka(t)
+	ctx := ctxT(t, 60*time.Second)
+	good := lines(t, producerstest.Mixed(1, "p"))[0]
+	in := &endlessLine{n: 256 << 20, rest: strings.NewReader("\n" + good + "\n")}
+	var stderr bytes.Buffer
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := jsonl.Produce(ctx, jsonl.Config{Brokers: []string{b.Addr()}}, in, &stderr)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, jsonl.ErrRejected) {
+		t.Fatalf("Produce: %v, want ErrRejected; stderr:\n%s", err, stderr.String())
+	}
+	want := fmt.Sprintf("line 1: longer than the %d-byte event cap: skipped\nproduced 1, rejected 1\n", schemas.DefaultLimits().Event)
+	if stderr.String() != want {
+		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Errorf("allocated %d MiB while reading a 256 MiB line: it was held", alloc>>20)
+	}
+	if evs := stored(t, ctx, b.Addr(), &schemas.Decoder{}); len(evs) != 1 {
+		t.Fatalf("%d events on the broker, want 1", len(evs))
 	}
 }
