@@ -109,6 +109,9 @@ func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
 	}, backoff.WithContext(b, ctx))
 	if err != nil {
 		conn.Close()
+		if sec.tls == nil && closedAfterConnect(err) {
+			return nil, fmt.Errorf("clickhouse %s: ping: %w (the server closed the connection: if %s is its secure port, add --clickhouse-tls or --clickhouse-ca)", addr, err, addr)
+		}
 		return nil, fmt.Errorf("clickhouse %s: ping: %w", addr, err)
 	}
 	return conn, nil

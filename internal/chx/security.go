@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync/atomic"
@@ -142,6 +143,17 @@ func explainOpenError(err error, user string) (error, bool) {
 		return err, true
 	}
 	return err, false
+}
+
+// closedAfterConnect reports whether err is a connection that was made and
+// then reset or closed by the server before it answered, as a secure port
+// does to a client that does not speak TLS.
+func closedAfterConnect(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "read" {
+		return true
+	}
+	return errors.Is(err, io.EOF)
 }
 
 // badTLSSetting reports whether a handshake failed on a setting (a

@@ -99,6 +99,13 @@ func TestOpenPasswordAndTLS(t *testing.T) {
 	if err := open(chx.Security{User: "default", Password: pw, CAFile: cert}, srv.SecureAddr()); err != nil {
 		t.Fatalf("right password over TLS: %v", err)
 	}
+	// Without TLS to the secure port: the server resets the connection,
+	// which looks like an outage (retried); the error suggests TLS.
+	if testing.Short() {
+		t.Log("-short: not waiting out the retries of plain TCP to the secure port")
+	} else if err := open(chx.Security{Password: pw}, srv.SecureAddr()); err == nil || !strings.Contains(err.Error(), "--clickhouse-tls") {
+		t.Errorf("plain TCP to the secure port: err = %v, want one suggesting --clickhouse-tls", err)
+	}
 	for _, c := range []struct {
 		name string
 		sec  chx.Security
