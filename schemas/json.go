@@ -34,6 +34,16 @@ import (
 // base64 (standard alphabet). The whole text is capped by lim.Event.
 // On error the event is nil. Safe for concurrent use.
 func ParseJSON(b []byte, lim Limits) (Event, error) {
+	return ParseJSONWith(b, lim, Envelope{})
+}
+
+// ParseJSONWith is ParseJSON with the project and source of defaults for an
+// event whose text names none, applied before its event_id is derived: an
+// event's derived id hashes its project (DeriveEventID), so a caller that
+// would set the project after parsing (a gateway that takes it from the
+// token) must pass it here, or two projects' events would get the id of the
+// empty project. defaults' other fields are ignored.
+func ParseJSONWith(b []byte, lim Limits, defaults Envelope) (Event, error) {
 	lim = lim.withDefaults()
 	if len(b) > lim.Event {
 		return nil, &FieldError{Code: CodeTooLarge, Msg: "event is " + strconv.Itoa(len(b)) + " bytes, above the " + strconv.Itoa(lim.Event) + "-byte cap"}
@@ -82,6 +92,12 @@ func ParseJSON(b []byte, lim Limits) (Event, error) {
 	}
 	if raw, ok := obj["source"]; ok {
 		h.Source = p.str("source", raw, true)
+	}
+	if h.Project == "" {
+		h.Project = defaults.Project
+	}
+	if h.Source == "" {
+		h.Source = defaults.Source
 	}
 	for i := range ti.fields {
 		f := &ti.fields[i]

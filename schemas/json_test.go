@@ -211,3 +211,31 @@ func TestJSONStringEscaping(t *testing.T) {
 		t.Fatalf("escaped string did not round trip: %s %v", j, err)
 	}
 }
+
+// TestParseJSONWithDerivesTheProjectsID: an event without event_id or
+// project, parsed for a project (a gateway's token), gets that project and
+// the id DeriveEventID gives it there; one naming its project keeps it.
+func TestParseJSONWithDerivesTheProjectsID(t *testing.T) {
+	const body = `{"type":"cell_finished","cell_id":"c1","status":"completed","attempts":1}`
+	a, err := ParseJSONWith([]byte(body), Limits{}, Envelope{Project: "acme", Source: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ParseJSONWith([]byte(body), Limits{}, Envelope{Project: "evil", Source: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Header().Project != "acme" || a.Header().Source != "gw" || a.Header().EventID != DeriveEventID(a) {
+		t.Errorf("parsed for acme: %+v", *a.Header())
+	}
+	if a.Header().EventID == b.Header().EventID {
+		t.Error("two projects' events without ids got one id")
+	}
+	c, err := ParseJSONWith([]byte(`{"type":"cell_finished","project":"own","cell_id":"c1","status":"completed","attempts":1}`), Limits{}, Envelope{Project: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Header().Project != "own" {
+		t.Errorf("the event's own project was replaced: %q", c.Header().Project)
+	}
+}
