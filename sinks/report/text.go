@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -22,9 +23,12 @@ func evolverName(e string) string {
 	return e
 }
 
-// WriteText writes the terminal report to w.
+// WriteText writes the terminal report to w. Every name in it comes from
+// events, so control characters (terminal escape sequences, carriage
+// returns) are written escaped (termSafe).
 func (r *Report) WriteText(w io.Writer) error {
-	bw := bufio.NewWriter(w)
+	buf := bufio.NewWriter(w)
+	bw := &termSafe{w: buf}
 	section := func(title string) {
 		fmt.Fprintf(bw, "\n== %s ==\n", title)
 	}
@@ -119,7 +123,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	section("Labels")
 	fmt.Fprintf(bw, "updates %d: positive %d, negative %d, neutral %d; effective-update rate %s; mean gain of positive updates %s pp\n",
 		r.Updates, r.Positive, r.Negative, r.Neutral, fmtF(r.EffectiveUpdateRate, "%.2f"), fmtF(r.MeanGain, "%+.1f"))
-	return bw.Flush()
+	return buf.Flush()
 }
 
 // spread returns the min and max Δupdate over evolvers of benchmark b.
@@ -135,4 +139,41 @@ func spread(us []UpdateGain, b string) (lo, hi float64, ok bool) {
 		lo, hi = min(lo, *u.DeltaPP), max(hi, *u.DeltaPP)
 	}
 	return lo, hi, ok
+}
+
+// termSafe writes what it is given with every control character but '\n'
+// and '\t' (C0, DEL, C1: ESC starts a terminal's escape sequences) as a Go
+// escape (\x1b, \u009b), so text from events cannot move the cursor, recolour
+// or retitle the terminal. Each Write must hold whole runes (one formatted
+// string, one tabwriter cell).
+type termSafe struct{ w io.Writer }
+
+func (t *termSafe) Write(p []byte) (int, error) {
+	clean := true
+	for _, c := range string(p) {
+		if isTermControl(c) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return t.w.Write(p)
+	}
+	var b strings.Builder
+	for _, c := range string(p) {
+		if isTermControl(c) {
+			q := strconv.QuoteRune(c)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(c)
+	}
+	if _, err := io.WriteString(t.w, b.String()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func isTermControl(c rune) bool {
+	return (c < 0x20 && c != '\n' && c != '\t') || (c >= 0x7f && c <= 0x9f)
 }

@@ -1,0 +1,35 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestTextReportEscapesTerminalControls: names from events that carry
+// terminal escape sequences (retitle, clear screen, a C1 CSI) or a carriage
+// return come out escaped in the terminal report; ordinary text (Δ, tabs
+// between columns, newlines) is untouched.
+func TestTextReportEscapesTerminalControls(t *testing.T) {
+	r := &Report{Campaign: "c\x1b]0;pwned\x07", Benchmarks: []string{"swe\r"}}
+	r.Cells = []CellScore{
+		{CellID: "a", Benchmark: "swe\r", Agent: "evil\x1b[2J\u009b31m", PassRate: 50},
+		{CellID: "b", Benchmark: "swe\r", Agent: "evil\x1b[2J\u009b31m", Evolver: "e\x7f", PassRate: 60},
+	}
+	r.buildMatrices()
+	var out bytes.Buffer
+	if err := r.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, c := range s {
+		if (c < 0x20 && c != '\n' && c != '\t') || (c >= 0x7f && c <= 0x9f) {
+			t.Fatalf("control character %U in the text report:\n%q", c, s)
+		}
+	}
+	for _, want := range []string{`c\x1b]0;pwned\a`, `evil\x1b[2J\u009b31m`, `swe\r`, `e\x7f`, "Pass rate"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+}
