@@ -2,6 +2,7 @@ package aevolve
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,24 @@ func str(m map[string]any, k string) string {
 }
 
 // number is m[k] as a float (bools and numeric strings accepted).
+// maxCount bounds a cycle, batch or attempt number read from a result file:
+// a larger (or fractional, negative, NaN) one is refused, not wrapped into
+// an int32.
+const maxCount = 1 << 20
+
+// count reads m[k] as a round or attempt number: ok says it is there, and
+// bad, when not "", why it cannot be one (the row is then skipped).
+func count(m map[string]any, k string) (n int32, ok bool, bad string) {
+	f, ok := number(m, k)
+	if !ok {
+		return 0, false, ""
+	}
+	if f != math.Trunc(f) || f < 0 || f > maxCount {
+		return 0, true, k + " out of range"
+	}
+	return int32(f), true, ""
+}
+
 func number(m map[string]any, k string) (float64, bool) {
 	switch v := m[k].(type) {
 	case float64:

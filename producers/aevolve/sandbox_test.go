@@ -272,3 +272,28 @@ func TestSummaryCSVHostileRows(t *testing.T) {
 		}
 	}
 }
+
+// TestSkillsBenchHostileNumbers: a SkillsBench row whose cycle or batch is
+// no round number (above 2^32, fractional, negative, NaN) is skipped and
+// reported, never wrapped into an int32; the other rows are kept.
+func TestSkillsBenchHostileNumbers(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "camp")
+	cell := "haiku45_x_opus46_sb_s1"
+	write(t, filepath.Join(root, cell), "results.jsonl", ""+
+		`{"task_id": "t1", "passed": true, "score": 1.0, "cycle": 1, "batch": 1, "final": false}`+"\n"+
+		`{"task_id": "t2", "passed": true, "score": 1.0, "cycle": 4294967297, "batch": 1, "final": false}`+"\n"+
+		`{"task_id": "t3", "passed": true, "score": 1.0, "cycle": 1.5, "batch": 1, "final": false}`+"\n"+
+		`{"task_id": "t4", "passed": true, "score": 1.0, "cycle": 1, "batch": -4, "final": false}`+"\n"+
+		`{"task_id": "t5", "passed": true, "score": 1.0, "cycle": "NaN", "batch": 1, "final": false}`+"\n"+
+		`{"task_id": "t6", "passed": true, "score": 1.0, "cycle": 2, "batch": 2, "final": false}`+"\n"+
+		`{"task_id": "t7", "passed": true, "batch": 1e12, "final": true}`+"\n")
+	evs, _, rep := importWithin(t, time.Minute, Config{Dir: root})
+	if got := strings.Join(attemptsOf(evs, cell), ","); got != "t1,t6" {
+		t.Fatalf("attempts %s, want t1,t6\n%s", got, rep)
+	}
+	for _, want := range []string{"cycle out of range: 3", "batch out of range: 2"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+}

@@ -49,14 +49,21 @@ func (im *importer) readSB(c *cellState) {
 			continue
 		}
 		att := seen[id] + 1
-		if n, ok := number(m, "cycle"); ok {
-			att = int32(n) + attShift
+		n, ok, bad := count(m, "cycle")
+		if ok && bad == "" {
+			att = n + attShift
+		}
+		round := c.obsCycle[id]
+		b, bok, bbad := count(m, "batch")
+		if bok && bbad == "" {
+			round = b + batchShift
+		}
+		if bad += bbad; bad != "" {
+			f.Read--
+			f.skip(bad)
+			continue
 		}
 		seen[id] = att
-		round := c.obsCycle[id]
-		if n, ok := number(m, "batch"); ok {
-			round = int32(n) + batchShift
-		}
 		score, ok := number(m, "score")
 		if !ok {
 			if score, ok = number(m, "reward_float"); !ok {
@@ -96,8 +103,14 @@ func (im *importer) readSB(c *cellState) {
 		}
 		// A task with only its final row: one synthesized attempt.
 		round := c.obsCycle[id]
-		if n, ok := number(m, "batch"); ok {
-			round = int32(n) + batchShift
+		n, ok, bad := count(m, "batch")
+		if bad != "" {
+			f.Read--
+			f.skip(bad)
+			continue
+		}
+		if ok {
+			round = n + batchShift
 		}
 		if reason := c.add(id, 1, round, schemas.StatusOK, b2f(passed), passed, true, nil, 0); reason != "" {
 			f.Read--
