@@ -73,9 +73,14 @@ func currentMigrated(t *testing.T) *testenv.CHDB {
 // runs again.
 func loadBoth(t *testing.T) (*testenv.CH, *testenv.CHDB) {
 	t.Helper()
+	return loadBothWith(t, enginesFixture())
+}
+
+// loadBothWith is loadBoth with fixture f.
+func loadBothWith(t *testing.T, f fixture) (*testenv.CH, *testenv.CHDB) {
+	t.Helper()
 	old, cur := migrated(t), currentMigrated(t)
 	ctx := context.Background()
-	f := enginesFixture()
 	for _, v := range []uint64{1, 1000, 5000} {
 		f.insert(t, old.Conn, v)
 	}
