@@ -73,6 +73,13 @@ func PairingKey(project string, c *schemas.CellStarted) string {
 	return keyPart(project) + "/" + keyPart(c.CampaignID) + "/" + keyPart(c.Benchmark) + "/" + keyPart(c.AgentModel) + "/" + strconv.FormatInt(int64(c.Seed), 10)
 }
 
+// legacyPairingKey is PairingKey as released before its parts were
+// escaped: the key of hf.outcomes records that an older stage A wrote and a
+// newer stage B reads during an upgrade.
+func legacyPairingKey(project string, c *schemas.CellStarted) string {
+	return project + "/" + c.CampaignID + "/" + c.Benchmark + "/" + c.AgentModel + "/" + strconv.FormatInt(int64(c.Seed), 10)
+}
+
 func keyPart(s string) string {
 	if !strings.ContainsAny(s, "%/") {
 		return s

@@ -1,6 +1,7 @@
 package score
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -273,6 +274,15 @@ func TestParams(t *testing.T) {
 	other := &schemas.CellStarted{CampaignID: "swe", Benchmark: "meta", AgentModel: "llama", Seed: 7}
 	if a, b := PairingKey("acme", victim), PairingKey("acme/c1", other); a == b {
 		t.Errorf("projects acme and acme/c1 share the pairing key %q", a)
+	}
+	// An older stage A's key (unescaped) is still accepted by a pairer.
+	cell := *victim
+	cell.Project, cell.CellID = "acme", "c-1"
+	if err := NewPairer(legacyPairingKey("acme", &cell), Params{}).start(&cell); errors.Is(err, ErrKeyMismatch) {
+		t.Errorf("a pairer under the unescaped key refuses its cell: %v", err)
+	}
+	if err := NewPairer(PairingKey("acme/c1", other), Params{}).start(&cell); !errors.Is(err, ErrKeyMismatch) {
+		t.Errorf("a pairer under another project's key accepts the cell: %v", err)
 	}
 	if a, b := PairingKey("a%2Fb", c), PairingKey("a/b", c); a == b {
 		t.Errorf("an escaped and a raw '/' share the pairing key %q", a)
