@@ -353,6 +353,19 @@ func TestComposeCredentials(t *testing.T) {
 		mounted(n, s, fmt.Sprint(s.Healthcheck["test"]))
 	}
 
+	// Grafana's ClickHouse data source logs in with the same secret.
+	ds, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "grafana", "provisioning", "datasources", "harnessflow.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(ds), "password: $__file{/run/secrets/clickhouse_password}") {
+		t.Error("grafana: the ClickHouse data source has no password from /run/secrets/clickhouse_password")
+	}
+	mounted("grafana", c.Services["grafana"], string(ds))
+	if g := c.Services["grafana"]; !strings.Contains(g.User, "${HF_UID") {
+		t.Errorf("grafana: user %q, want the secret files' owner", g.User)
+	}
+
 	for name, s := range c.Services {
 		if s.Build == nil || len(s.Command) == 0 {
 			continue
