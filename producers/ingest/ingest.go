@@ -408,7 +408,9 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 	evs := make([]schemas.Event, 0, len(items))
 	var invalid, forbidden []ItemError
 	for i, raw := range items {
-		ev, err := schemas.ParseJSON(raw, s.cfg.Limits)
+		// The token's project before the id is derived: derived ids hash
+		// the project, so two projects' id-less events stay two events.
+		ev, err := schemas.ParseJSONWith(raw, s.cfg.Limits, schemas.Envelope{Project: project, Source: Source})
 		if err != nil {
 			invalid = append(invalid, ItemError{i, err.Error()})
 			continue
