@@ -28,8 +28,8 @@
 //
 // A cell is identified by (project, cell_id), never by cell_id alone: stage
 // A's cell state, pending buffer and duplicate checks are keyed by both, the
-// pairing key starts with the project (score.PairingKey, each part escaped so
-// no '/' in a name can make two tuples one key), and derived ids
+// pairing key starts with the project (score.PairingKey, the project escaped
+// so that no '/' in a name can make two projects share a key), and derived ids
 // (schemas.DeriveEventID, samples' and round metrics' ids) hash the project.
 // Two projects that use the same cell id (on the same partition, since the
 // Kafka key is the cell id) are two cells whose events never meet.

@@ -198,7 +198,8 @@ func (p *Pairer) start(e *schemas.CellStarted) error {
 		return nil
 	}
 	if p.key != "" {
-		// An outcome written by an older stage A has the unescaped key.
+		// An outcome written by an older stage A has the unescaped key
+		// (the same, unless the project holds a '/' or '%').
 		if k := PairingKey(e.Project, e); k != p.key && legacyPairingKey(e.Project, e) != p.key {
 			return fmt.Errorf("cell %q key %q, pairer %q: %w", e.CellID, k, p.key, ErrKeyMismatch)
 		}

@@ -64,16 +64,17 @@ func (p Params) Validate() error {
 }
 
 // PairingKey returns the key that pairs a cell with its baseline:
-// "project/campaign_id/benchmark/agent_model/seed". Each part has its '%'
-// and '/' escaped (%25, %2F), so that the key names one tuple only: without
-// it project "acme/c1" with campaign "swe" and agent "llama" would pair with
-// project "acme", campaign "c1", benchmark "swe", agent "meta/llama" (keys
-// of parts without those bytes read as before).
+// "project/campaign_id/benchmark/agent_model/seed". The project has its '%'
+// and '/' escaped (%25, %2F), so that the first '/' ends it and no two
+// projects share a key: unescaped, project "acme/c1" with campaign "swe" and
+// agent "llama" would pair with project "acme", campaign "c1", benchmark
+// "swe", agent "meta/llama". Keys of projects without those bytes read as
+// they always did (agent names such as "meta/llama" stay as they are).
 func PairingKey(project string, c *schemas.CellStarted) string {
-	return keyPart(project) + "/" + keyPart(c.CampaignID) + "/" + keyPart(c.Benchmark) + "/" + keyPart(c.AgentModel) + "/" + strconv.FormatInt(int64(c.Seed), 10)
+	return keyPart(project) + "/" + c.CampaignID + "/" + c.Benchmark + "/" + c.AgentModel + "/" + strconv.FormatInt(int64(c.Seed), 10)
 }
 
-// legacyPairingKey is PairingKey as released before its parts were
+// legacyPairingKey is PairingKey as released before its project was
 // escaped: the key of hf.outcomes records that an older stage A wrote and a
 // newer stage B reads during an upgrade.
 func legacyPairingKey(project string, c *schemas.CellStarted) string {
