@@ -10,7 +10,8 @@ import (
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
-// TestProjectsIsolated: two projects (two tokens) run campaigns with the same
+// TestProjectsIsolated: two projects (two tokens; one of them the default
+// project, whose ids are derived without a project part) run campaigns with the same
 // campaign id, hence the same cell ids, update ids and even the same explicit
 // event ids; the second project's cell_started of every cell comes first.
 // Through both stages each project derives exactly what it derives alone:
@@ -20,7 +21,7 @@ import (
 // were counted in the other project's cell.
 func TestProjectsIsolated(t *testing.T) {
 	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	acme := gen.Generate(gen.Config{Seed: 17, Project: "acme", Campaign: "camp", Start: start.Add(time.Millisecond)})
+	acme := gen.Generate(gen.Config{Seed: 17, Project: schemas.DefaultProject, Campaign: "camp", Start: start.Add(time.Millisecond)})
 	evil := gen.Generate(gen.Config{Seed: 18, Project: "evil", Campaign: "camp", Start: start})
 	shared := 0
 	cellsOf := map[string]bool{}
@@ -55,7 +56,7 @@ func TestProjectsIsolated(t *testing.T) {
 	for _, p := range []struct {
 		name string
 		want map[derivedKey][]byte
-	}{{"acme", wantAcme}, {"evil", wantEvil}} {
+	}{{schemas.DefaultProject, wantAcme}, {"evil", wantEvil}} {
 		n := 0
 		for k, v := range got {
 			if k.project != p.name {
@@ -73,7 +74,7 @@ func TestProjectsIsolated(t *testing.T) {
 		}
 	}
 	for k := range got {
-		if k.project != "acme" && k.project != "evil" {
+		if k.project != schemas.DefaultProject && k.project != "evil" {
 			t.Errorf("derived %s of project %q", k.id, k.project)
 		}
 	}

@@ -2,7 +2,9 @@ package schemas
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"math"
 	"reflect"
@@ -322,6 +324,19 @@ func TestDeriveEventIDProject(t *testing.T) {
 			t.Errorf("%s: projects %q and %q derive the same id", p.a.Type(), p.a.Header().Project, p.b.Header().Project)
 		}
 	}
+	// The default project keeps the ids derived before projects were
+	// hashed (re-sending after an upgrade adds no duplicates), and they
+	// are not another project's.
+	def := &CellStarted{CellID: "x", Envelope: Envelope{Project: DefaultProject}}
+	if got, want := DeriveEventID(def), legacyID(TypeCellStarted, "x"); got != want {
+		t.Errorf("default project's id %s, want the unhashed-project id %s", got, want)
+	}
+	for _, p := range []string{"", "acme", "x"} {
+		other := &CellStarted{CellID: "x", Envelope: Envelope{Project: p}}
+		if DeriveEventID(other) == DeriveEventID(def) {
+			t.Errorf("project %q derives the default project's id", p)
+		}
+	}
 	r1 := &Rejected{SourceTopic: "hf.cells", Partition: 1, Offset: 2, Envelope: Envelope{Project: "acme"}}
 	r2 := &Rejected{SourceTopic: "hf.cells", Partition: 1, Offset: 2, Envelope: Envelope{Project: "evil"}}
 	if DeriveEventID(r1) != DeriveEventID(r2) {
@@ -389,4 +404,14 @@ func TestSchemaVersionsCompatible(t *testing.T) {
 	if err := CheckCompatible(noDefault, Schema(TypeCellFinished)); err == nil || err.Error() != "new_field: new field without a default" {
 		t.Errorf("field without default: %v", err)
 	}
+}
+
+// legacyID is DeriveEventID without the project part.
+func legacyID(t Type, parts ...string) string {
+	b := appendIDPart(nil, string(t))
+	for _, p := range parts {
+		b = appendIDPart(b, p)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }

@@ -30,6 +30,13 @@ import (
 //
 // rejected events are identified by their Kafka coordinates, which no two
 // projects share, and checkpoints belong to the trainer, not to a project.
+// The default project (DefaultProject: the simulator's, the importer's, a
+// producer's that names none) hashes no project part: its ids are the ones
+// harnessflow derived before projects were hashed, so that re-sending or
+// re-importing the same events after an upgrade still gives the same ids
+// (and no duplicate rows). It still differs from every other project's:
+// the length-prefixed parts make a sequence without the project another
+// input than any sequence with one.
 //
 // The type is always part of the hash, so cell_started and cell_finished of
 // one cell differ. Redelivered or re-produced copies of an event get the same
@@ -41,8 +48,8 @@ func DeriveEventID(ev Event) string {
 	}
 	var buf [256]byte
 	b := appendIDPart(buf[:0], string(ti.typ))
-	if projectScoped(ti.typ) {
-		b = appendIDPart(b, ev.Header().Project)
+	if p := ev.Header().Project; projectScoped(ti.typ) && p != DefaultProject {
+		b = appendIDPart(b, p)
 	}
 	for _, name := range ti.idFields {
 		f := &ti.fields[ti.byName[name]]

@@ -67,8 +67,7 @@ func updateText(arts []schemas.Artifact) (text, kind string) {
 // hexID is a derived event's id: the hex of the first 16 bytes of the
 // sha256 of parts, each length-prefixed (so that no byte can move from one
 // part to the next: a project or cell id holding a separator names no other
-// event). Callers put the project among the parts: two projects using the
-// same cell and update ids derive different samples and rounds.
+// event).
 func hexID(parts ...string) string {
 	var b []byte
 	for _, p := range parts {
@@ -77,6 +76,21 @@ func hexID(parts ...string) string {
 	}
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
+}
+
+// derivedID is the id of a derived event of kind ("sample", "round") of
+// project: hexID over kind, project and parts, so that two projects using
+// the same cell and update ids derive different events. The default project
+// (schemas.DefaultProject) keeps the id released before projects were hashed,
+// sha256 of kind and parts joined by "|", so that a replay after the upgrade
+// adds no duplicate samples; no hexID input starts as that text does (a
+// length byte, not a letter), so it is no other project's id.
+func derivedID(kind, project string, parts ...string) string {
+	if project == schemas.DefaultProject {
+		h := sha256.Sum256([]byte(kind + "|" + strings.Join(parts, "|")))
+		return hex.EncodeToString(h[:16])
+	}
+	return hexID(append([]string{kind, project}, parts...)...)
 }
 
 // metrics builds the round metrics of round r of c.
@@ -139,7 +153,7 @@ func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 	rm.AdherenceLoaded = r.adhLoad.ptr()
 	rm.AdherenceFinal = r.adhFinal.ptr()
 	rm.Envelope = schemas.Envelope{
-		EventID:   hexID("round", p.params.Project, info.CellID, strconv.FormatInt(int64(r.cycle), 10)),
+		EventID:   derivedID("round", p.params.Project, info.CellID, strconv.FormatInt(int64(r.cycle), 10)),
 		EventTime: at, Project: p.params.Project, Source: Source,
 	}
 	return rm
@@ -203,7 +217,7 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 		label = Label(est.Effect, est.PValue, min(est.NBefore, est.NAfter), p.params)
 		reason = Reason(est, info.Benchmark, p.params)
 	}
-	id := hexID("sample", p.params.Project, u.updateID, info.CellID)
+	id := derivedID("sample", p.params.Project, u.updateID, info.CellID)
 	evolver := u.evolver
 	if evolver == "" {
 		evolver = info.EvolverModel

@@ -2,6 +2,8 @@ package score
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -123,7 +125,7 @@ func TestPairerSamples(t *testing.T) {
 	if s["e1-u2"].ArtifactKind != schemas.KindSkill || s["e1-u2"].Update != "### skill parse (modify)\nv2" {
 		t.Errorf("e1-u2 update %q kind %q", s["e1-u2"].Update, s["e1-u2"].ArtifactKind)
 	}
-	wantID := hexID("sample", "acme", "e1-u1", "e1")
+	wantID := derivedID("sample", "acme", "e1-u1", "e1")
 	if u1.SampleID != wantID || u1.EventID != wantID || len(wantID) != 32 {
 		t.Errorf("ids %s / %s, want %s", u1.SampleID, u1.EventID, wantID)
 	}
@@ -333,7 +335,7 @@ func TestRoundMetrics(t *testing.T) {
 	check("lpr", got.LoadedPassRate, 200.0/3)
 	check("adherence_loaded", got.AdherenceLoaded, 0.7)
 	check("adherence_final", got.AdherenceFinal, 0.6)
-	if got.EventID != hexID("round", "", "rm", "1") || !got.EventTime.Equal(c.start.Add(17*time.Second)) {
+	if got.EventID != derivedID("round", "", "rm", "1") || !got.EventTime.Equal(c.start.Add(17*time.Second)) {
 		// the latest input of round 1 is the r3 judgment (event 17 of the cell)
 		t.Errorf("id %s time %v", got.EventID, got.EventTime)
 	}
@@ -603,15 +605,23 @@ func TestUpdatesOvertakingAttempts(t *testing.T) {
 }
 
 // TestDerivedIDsProject: samples and round metrics of two projects that use
-// the same cell and update ids have different ids.
+// the same cell and update ids have different ids; the default project's
+// are the ids released before projects were hashed.
 func TestDerivedIDsProject(t *testing.T) {
-	if hexID("sample", "acme", "u1", "c1") == hexID("sample", "evil", "u1", "c1") {
+	if derivedID("sample", "acme", "u1", "c1") == derivedID("sample", "evil", "u1", "c1") {
 		t.Error("sample id does not depend on the project")
 	}
-	if hexID("round", "acme", "c1", "1") == hexID("round", "evil", "c1", "1") {
+	if derivedID("round", "acme", "c1", "1") == derivedID("round", "evil", "c1", "1") {
 		t.Error("round id does not depend on the project")
 	}
-	if hexID("sample", "a|u1", "c") == hexID("sample", "a", "u1|c") {
+	if derivedID("sample", "a|u1", "c") == derivedID("sample", "a", "u1|c") {
 		t.Error("a separator inside a part moves bytes between parts")
+	}
+	old := sha256.Sum256([]byte("sample|u1|c1"))
+	if got := derivedID("sample", schemas.DefaultProject, "u1", "c1"); got != hex.EncodeToString(old[:16]) {
+		t.Errorf("default project's sample id %s changed", got)
+	}
+	if derivedID("sample", schemas.DefaultProject, "u1", "c1") == derivedID("sample", "", "u1", "c1") {
+		t.Error("the empty project derives the default project's id")
 	}
 }
