@@ -11,6 +11,11 @@
 // A released file is never edited: a change to the schema is a new file, so
 // that a binary older than the ledger (a rolling upgrade) recognises it and
 // leaves the schema alone.
+//
+// Migration 0004 changes sort keys, which ClickHouse cannot alter: before it
+// runs, Migrate rebuilds the event tables of an older database by copy
+// (rekey.go says how an old table is detected, what is done, and what the
+// operator does).
 package chddl
 
 import (

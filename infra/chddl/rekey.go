@@ -33,6 +33,9 @@ import (
 //
 // The copy reads and writes every row once: on a large database, run
 // `harnessflow migrate` on its own, sinks stopped, before restarting them.
+// Unlike the rest of Migrate, the rebuild is not meant to run twice at once
+// (two sinks starting together on an old database): one of them may fail
+// on the other's copy or rename; the next Migrate finishes the rebuild.
 // cell_scores, a summary the sink recomputes, had no project column: it is
 // dropped and re-created (0004); until the sink recomputes a cell,
 // v_cell_scores computes it live, with the same figures.
