@@ -152,6 +152,12 @@ func mapTraces(req *coltrace.ExportTraceServiceRequest, project string, lim sche
 		if err == nil {
 			err = claimProject(ev, project)
 		}
+		if err == nil {
+			// The id of the token's project: another tenant reusing these
+			// trace and span ids makes other events.
+			h := ev.Header()
+			h.EventID = otlpEventID(ev.Type(), h.Project, sp.s)
+		}
 		if err != nil {
 			res.rejected = append(res.rejected, fmt.Sprintf("%s: %v", sp.id(), err))
 			continue
@@ -298,7 +304,7 @@ func skillStatus(sp *otlpSpan) string {
 // span's ids, event_time (the span's end, else its start), source and,
 // when the span or its resource names one, project.
 func envelope(t schemas.Type, sp *otlpSpan) map[string]any {
-	obj := map[string]any{"type": string(t), "event_id": otlpEventID(t, sp.s), "source": OTLPSource}
+	obj := map[string]any{"type": string(t), "event_id": otlpEventID(t, "", sp.s), "source": OTLPSource}
 	if ns := cmp.Or(sp.s.GetEndTimeUnixNano(), sp.s.GetStartTimeUnixNano()); ns > 0 {
 		obj["event_time"] = int64(ns / 1e6)
 	}
@@ -308,12 +314,13 @@ func envelope(t schemas.Type, sp *otlpSpan) map[string]any {
 	return obj
 }
 
-// otlpEventID derives an event id from the event type and the span's trace
-// and span ids: the hex of the first 16 bytes of their SHA-256, so that a
-// retried export carries the same ids and is deduplicated downstream.
-func otlpEventID(t schemas.Type, s *tracepb.Span) string {
+// otlpEventID derives an event id from the event type, the project and the
+// span's trace and span ids: the hex of the first 16 bytes of their SHA-256,
+// so that a retried export carries the same ids and is deduplicated
+// downstream, and two projects' spans never share one.
+func otlpEventID(t schemas.Type, project string, s *tracepb.Span) string {
 	var b []byte
-	for _, part := range [][]byte{[]byte("otlp"), []byte(t), s.GetTraceId(), s.GetSpanId()} {
+	for _, part := range [][]byte{[]byte("otlp"), []byte(t), []byte(project), s.GetTraceId(), s.GetSpanId()} {
 		b = binary.AppendUvarint(b, uint64(len(part)))
 		b = append(b, part...)
 	}

@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -44,5 +45,29 @@ func TestOTLPMapFallbacks(t *testing.T) {
 	ta, ok := evs[1].(*schemas.TaskAttempt)
 	if !ok || ta.HarnessVersion != "h9" || ta.Status != "timeout" || !slices.Equal(ta.SkillsLoaded, []string{"a", "b"}) || ta.Project != "p" {
 		t.Errorf("attempt %+v, want harness h9 (resource), status timeout, skills [a b], project p", evs[1])
+	}
+}
+
+// TestOTLPEventIDsAreTheProjects: the same export from two projects' tokens
+// (the same trace and span ids) makes events with different ids, so one
+// tenant cannot get another's spans dropped as duplicates; the same
+// project's retried export keeps its ids.
+func TestOTLPEventIDsAreTheProjects(t *testing.T) {
+	ids := func(project string) []string {
+		evs, _, _, _ := ingest.MapTraces(sampleTrace(), project)
+		var out []string
+		for _, ev := range evs {
+			out = append(out, ev.Header().EventID)
+		}
+		return out
+	}
+	a, again, b := ids("acme"), ids("acme"), ids("globex")
+	if len(a) == 0 || strings.Join(a, ",") != strings.Join(again, ",") {
+		t.Fatalf("a retried export changed its ids: %v vs %v", a, again)
+	}
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			t.Fatalf("event id %s is both acme's and globex's", x)
+		}
 	}
 }
