@@ -51,7 +51,7 @@ func rawResponse(conn net.Conn, req *http.Request) (int, string, error) {
 func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
 	b := testenv.Kafka(t)
 	const maxBody = 64 << 10
-	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: maxBody, ReadTimeout: 2 * time.Second})
+	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: maxBody, ReadTimeout: 4 * time.Second})
 	addr := strings.TrimPrefix(g.url, "http://")
 	var wg sync.WaitGroup
 	codes := make(chan int, 8)
@@ -89,7 +89,7 @@ func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
 	}
 	one := func(n int) string { return jsonOf(t, producerstest.TaskAttempt(n, "")) }
 	var msg []byte
-	testenv.Eventually(t, 5*time.Second, "tok-a's slow uploads fill its budget", func() bool {
+	testenv.Eventually(t, 30*time.Second, "tok-a's slow uploads fill its budget", func() bool {
 		var code int
 		code, msg = g.post("tok-a", one(1))
 		return code == http.StatusServiceUnavailable
