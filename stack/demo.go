@@ -77,7 +77,7 @@ func (s *Stack) RunDemo(ctx context.Context, cfg sim.Config, progress io.Writer,
 	if err := waitProcessed(ctx, s.ClickHouseConn(), cfg.Campaign, want, progress, timeout); err != nil {
 		return nil, err
 	}
-	return report.Build(ctx, s.ClickHouseConn(), cfg.Campaign)
+	return report.Build(ctx, s.ClickHouseConn(), "", cfg.Campaign)
 }
 
 // waitProcessed polls ClickHouse until the deduplicated row counts reach want.

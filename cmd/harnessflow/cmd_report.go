@@ -15,7 +15,7 @@ import (
 func init() { register(newReportCmd) }
 
 func newReportCmd() *cobra.Command {
-	var addr, database, campaign, htmlPath string
+	var addr, database, project, campaign, htmlPath string
 	cmd := &cobra.Command{
 		Use:   "report",
 		Short: "Print a campaign's report from ClickHouse (and write it as HTML)",
@@ -26,7 +26,9 @@ phase with drift and decay, the ten least stable pairs by round stddev, and labe
 counts with the effective-update rate. --html also writes one self-contained
 HTML file with charts (no scripts, fonts or network references).
 
-Without --campaign, the most recently declared campaign is reported.`,
+Without --campaign, the most recently declared campaign is reported (of --project,
+when given). A report is one project's: without --project it is the campaign's
+project, and an error names them when several projects use that campaign id.`,
 		Example: "  harnessflow report --clickhouse 127.0.0.1:9000 --campaign demo --html report.html",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,7 +38,7 @@ Without --campaign, the most recently declared campaign is reported.`,
 				return withCode(2, err)
 			}
 			defer conn.Close()
-			r, err := report.Build(ctx, conn, campaign)
+			r, err := report.Build(ctx, conn, project, campaign)
 			if err != nil {
 				return withCode(1, err)
 			}
@@ -68,6 +70,7 @@ Without --campaign, the most recently declared campaign is reported.`,
 	f := cmd.Flags()
 	f.StringVar(&addr, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol address host:port")
 	f.StringVar(&database, "database", chddl.DefaultDatabase, "ClickHouse database holding the views")
+	f.StringVar(&project, "project", "", "project of the campaign (default: the campaign's one project)")
 	f.StringVar(&campaign, "campaign", "", "campaign id (default: the most recently declared)")
 	f.StringVar(&htmlPath, "html", "", "also write the report as one self-contained HTML file")
 	return cmd

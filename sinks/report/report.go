@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
@@ -108,6 +109,7 @@ type LabelSummary struct {
 
 // Report is a campaign's figures.
 type Report struct {
+	Project     string
 	Campaign    string
 	Benchmarks  []string
 	Cells       []CellScore
@@ -134,30 +136,24 @@ type Querier interface {
 	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
 }
 
-// Build reads the report of campaign from the analyst views; an empty
-// campaign selects the most recently declared one. It returns ErrNoCampaign
-// when there is nothing to report.
-func Build(ctx context.Context, conn Querier, campaign string) (*Report, error) {
+// Build reads the report of campaign of project from the analyst views.
+// An empty campaign selects the project's most recently declared one (of any
+// project when project is empty too); an empty project is the campaign's one
+// project, and an error naming them when several projects use that campaign
+// id. It returns ErrNoCampaign when there is nothing to report.
+func Build(ctx context.Context, conn Querier, project, campaign string) (*Report, error) {
+	var err error
 	if campaign == "" {
-		rows, err := conn.Query(ctx, "SELECT toString(campaign_id) FROM campaigns GROUP BY campaign_id ORDER BY max(event_time_ms) DESC, campaign_id LIMIT 1")
-		if err != nil {
-			return nil, fmt.Errorf("latest campaign: %w", err)
-		}
-		for rows.Next() {
-			if err := rows.Scan(&campaign); err != nil {
-				rows.Close()
-				return nil, err
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if campaign, err = latestCampaign(ctx, conn, project); err != nil {
 			return nil, err
 		}
-		if campaign == "" {
-			return nil, ErrNoCampaign
+	}
+	if project == "" {
+		if project, err = campaignProject(ctx, conn, campaign); err != nil {
+			return nil, err
 		}
 	}
-	r := &Report{Campaign: campaign}
+	r := &Report{Project: project, Campaign: campaign}
 	steps := []func(context.Context, Querier) error{r.cells, r.updateGain, r.benefitGain, r.activation, r.adherence, r.stability, r.rounds, r.labels}
 	for _, s := range steps {
 		if err := s(ctx, conn); err != nil {
@@ -169,6 +165,44 @@ func Build(ctx context.Context, conn Querier, campaign string) (*Report, error) 
 	}
 	r.buildMatrices()
 	return r, nil
+}
+
+// latestCampaign is the most recently declared campaign (of project, unless
+// it is empty).
+func latestCampaign(ctx context.Context, conn Querier, project string) (string, error) {
+	var campaign string
+	err := query(ctx, conn, "latest campaign", "SELECT toString(campaign_id) FROM campaigns WHERE project = ? OR ? = ''"+
+		" GROUP BY campaign_id ORDER BY max(event_time_ms) DESC, campaign_id LIMIT 1",
+		func(rows driver.Rows) error { return rows.Scan(&campaign) }, project, project)
+	if err != nil {
+		return "", err
+	}
+	if campaign == "" {
+		return "", ErrNoCampaign
+	}
+	return campaign, nil
+}
+
+// campaignProject is the one project whose cells carry campaign; several
+// are an error that names them (pick one with --project).
+func campaignProject(ctx context.Context, conn Querier, campaign string) (string, error) {
+	var projects []string
+	err := query(ctx, conn, "projects", "SELECT DISTINCT toString(project) AS p FROM v_cell_scores WHERE campaign_id = ? ORDER BY p",
+		func(rows driver.Rows) error {
+			var p string
+			err := rows.Scan(&p)
+			projects = append(projects, p)
+			return err
+		}, campaign)
+	switch {
+	case err != nil:
+		return "", err
+	case len(projects) == 0:
+		return "", fmt.Errorf("%w: campaign %q has no scored cell", ErrNoCampaign, campaign)
+	case len(projects) > 1:
+		return "", fmt.Errorf("campaign %q is used by projects %s: choose one with --project", campaign, strings.Join(projects, ", "))
+	}
+	return projects[0], nil
 }
 
 // query runs q with args and calls scan for every row.
@@ -206,7 +240,7 @@ func st(col string) string { return "toString(ifNull(" + col + ", ''))" }
 func (r *Report) cells(ctx context.Context, conn Querier) error {
 	q := "SELECT " + st("cell_id") + ", " + st("benchmark") + ", " + st("agent_model") + ", " + st("evolver_model") + ", " + st("route") + ", " +
 		in("seed") + ", " + in("n_tasks") + ", " + fl("pass_rate") + ", " + fl("pass_rate_final") + ", " + fl("mean_score") +
-		" FROM v_cell_scores WHERE campaign_id = ? ORDER BY benchmark, agent_model, evolver_model, seed, cell_id"
+		" FROM v_cell_scores WHERE campaign_id = ? AND project = ? ORDER BY benchmark, agent_model, evolver_model, seed, cell_id"
 	return query(ctx, conn, "v_cell_scores", q, func(rows driver.Rows) error {
 		var c CellScore
 		var p, pf, ms *float64
@@ -216,7 +250,7 @@ func (r *Report) cells(ctx context.Context, conn Querier) error {
 		c.PassRate, c.PassRateFinal, c.MeanScore = deref(p), deref(pf), deref(ms)
 		r.Cells = append(r.Cells, c)
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 }
 
 func deref(p *float64) float64 {
@@ -228,7 +262,7 @@ func deref(p *float64) float64 {
 
 func (r *Report) updateGain(ctx context.Context, conn Querier) error {
 	q := "SELECT " + st("benchmark") + ", " + st("evolver_model") + ", " + fl("delta_update_pp") + ", " + in("n_anchor_agents") + ", " + in("seeds") +
-		" FROM v_update_gain WHERE campaign_id = ? ORDER BY benchmark, evolver_model"
+		" FROM v_update_gain WHERE campaign_id = ? AND project = ? ORDER BY benchmark, evolver_model"
 	return query(ctx, conn, "v_update_gain", q, func(rows driver.Rows) error {
 		var u UpdateGain
 		if err := rows.Scan(&u.Benchmark, &u.Evolver, &u.DeltaPP, &u.NAnchorAgents, &u.Seeds); err != nil {
@@ -237,12 +271,12 @@ func (r *Report) updateGain(ctx context.Context, conn Querier) error {
 		u.DeltaPP = clean(u.DeltaPP)
 		r.UpdateGain = append(r.UpdateGain, u)
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 }
 
 func (r *Report) benefitGain(ctx context.Context, conn Querier) error {
 	q := "SELECT " + st("benchmark") + ", " + st("agent_model") + ", " + fl("delta_benefit_pp") + ", " + fl("mean_delta_pp") + ", " + st("best_evolver") + ", " +
-		in("cells_below_baseline") + ", " + in("seeds") + " FROM v_benefit_gain WHERE campaign_id = ? ORDER BY benchmark, agent_model"
+		in("cells_below_baseline") + ", " + in("seeds") + " FROM v_benefit_gain WHERE campaign_id = ? AND project = ? ORDER BY benchmark, agent_model"
 	return query(ctx, conn, "v_benefit_gain", q, func(rows driver.Rows) error {
 		var b BenefitGain
 		if err := rows.Scan(&b.Benchmark, &b.Agent, &b.DeltaPP, &b.MeanDeltaPP, &b.BestEvolver, &b.CellsBelowBaseline, &b.Seeds); err != nil {
@@ -251,12 +285,12 @@ func (r *Report) benefitGain(ctx context.Context, conn Querier) error {
 		b.DeltaPP, b.MeanDeltaPP = clean(b.DeltaPP), clean(b.MeanDeltaPP)
 		r.BenefitGain = append(r.BenefitGain, b)
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 }
 
 func (r *Report) activation(ctx context.Context, conn Querier) error {
 	q := "SELECT " + st("benchmark") + ", " + st("agent_model") + ", " + in("attempts") + ", " + fl("skill_load_rate") + ", " + fl("loaded_pass_rate") + ", " +
-		fl("hfr") + ", " + fl("skill_load_success_rate") + " FROM v_skill_activation WHERE campaign_id = ? ORDER BY benchmark, agent_model"
+		fl("hfr") + ", " + fl("skill_load_success_rate") + " FROM v_skill_activation WHERE campaign_id = ? AND project = ? ORDER BY benchmark, agent_model"
 	return query(ctx, conn, "v_skill_activation", q, func(rows driver.Rows) error {
 		var a Activation
 		if err := rows.Scan(&a.Benchmark, &a.Agent, &a.Attempts, &a.SLR, &a.LPR, &a.HFR, &a.LoadSuccessRate); err != nil {
@@ -265,7 +299,7 @@ func (r *Report) activation(ctx context.Context, conn Querier) error {
 		a.SLR, a.LPR, a.HFR, a.LoadSuccessRate = clean(a.SLR), clean(a.LPR), clean(a.HFR), clean(a.LoadSuccessRate)
 		r.Activation = append(r.Activation, a)
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 }
 
 func (r *Report) adherence(ctx context.Context, conn Querier) error {
@@ -273,7 +307,7 @@ func (r *Report) adherence(ctx context.Context, conn Querier) error {
 	for _, p := range Phases {
 		q += ", " + fl(p)
 	}
-	q += ", " + fl("drift") + ", " + fl("decay_rate") + " FROM v_adherence WHERE campaign_id = ? ORDER BY benchmark, agent_model"
+	q += ", " + fl("drift") + ", " + fl("decay_rate") + " FROM v_adherence WHERE campaign_id = ? AND project = ? ORDER BY benchmark, agent_model"
 	return query(ctx, conn, "v_adherence", q, func(rows driver.Rows) error {
 		var a Adherence
 		if err := rows.Scan(&a.Benchmark, &a.Agent, &a.Phase[0], &a.Phase[1], &a.Phase[2], &a.Phase[3], &a.Phase[4], &a.Drift, &a.Decay); err != nil {
@@ -285,13 +319,13 @@ func (r *Report) adherence(ctx context.Context, conn Querier) error {
 		a.Drift, a.Decay = clean(a.Drift), clean(a.Decay)
 		r.Adherence = append(r.Adherence, a)
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 }
 
 func (r *Report) stability(ctx context.Context, conn Querier) error {
 	q := "SELECT " + st("benchmark") + ", " + st("agent_model") + ", " + st("evolver_model") + ", " + in("rounds") + ", " + fl("mean_lift") + ", " +
 		fl("stddev_lift") + ", " + fl("cv") + ", " + fl("stability_score") + ", " + fl("flip_rate") +
-		" FROM v_round_stability WHERE campaign_id = ? AND level = 'pair' AND evolver_model != ''" +
+		" FROM v_round_stability WHERE campaign_id = ? AND project = ? AND level = 'pair' AND evolver_model != ''" +
 		" ORDER BY isNull(stddev_lift), stddev_lift DESC, benchmark, agent_model, evolver_model LIMIT 10"
 	return query(ctx, conn, "v_round_stability", q, func(rows driver.Rows) error {
 		var s Stability
@@ -302,7 +336,7 @@ func (r *Report) stability(ctx context.Context, conn Querier) error {
 		s.MeanLift, s.StddevLift, s.CV, s.StabilityScore, s.FlipRate = clean(s.MeanLift), clean(s.StddevLift), clean(s.CV), clean(s.StabilityScore), deref(flip)
 		r.Unstable = append(r.Unstable, s)
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 }
 
 func (r *Report) rounds(ctx context.Context, conn Querier) error {
@@ -319,7 +353,7 @@ FROM
     FROM round_metrics
     GROUP BY project, cell_id, cycle
 )
-WHERE r_campaign = ?
+WHERE r_campaign = ? AND project = ?
 GROUP BY r_benchmark, r_evolver, cycle
 ORDER BY r_benchmark, r_evolver, cycle`
 	return query(ctx, conn, "round_metrics", q, func(rows driver.Rows) error {
@@ -331,13 +365,13 @@ ORDER BY r_benchmark, r_evolver, cycle`
 		p.PassRate, p.Stddev, p.Lift = deref(pass), clean(p.Stddev), clean(p.Lift)
 		r.Rounds = append(r.Rounds, p)
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 }
 
 func (r *Report) labels(ctx context.Context, conn Querier) error {
 	q := "SELECT " + st("benchmark") + ", " + st("agent_model") + ", " + st("evolver_model") + ", " + in("updates") + ", " + in("positive") + ", " +
 		in("negative") + ", " + in("neutral") + ", " + fl("effective_update_rate") + ", " + fl("mean_gain") +
-		" FROM v_label_summary WHERE campaign_id = ? ORDER BY benchmark, agent_model, evolver_model"
+		" FROM v_label_summary WHERE campaign_id = ? AND project = ? ORDER BY benchmark, agent_model, evolver_model"
 	var gainSum float64
 	err := query(ctx, conn, "v_label_summary", q, func(rows driver.Rows) error {
 		var l LabelSummary
@@ -355,7 +389,7 @@ func (r *Report) labels(ctx context.Context, conn Querier) error {
 			gainSum += *l.MeanGain * float64(l.Positive)
 		}
 		return nil
-	}, r.Campaign)
+	}, r.Campaign, r.Project)
 	if err != nil {
 		return err
 	}

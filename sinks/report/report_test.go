@@ -144,7 +144,7 @@ func fixture(t *testing.T) (driver.Conn, sim.Config, sim.ExpectedFigures) {
 func TestBuildMatchesGroundTruth(t *testing.T) {
 	conn, cfg, x := fixture(t)
 	ctx := context.Background()
-	r, err := Build(ctx, conn, "")
+	r, err := Build(ctx, conn, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,10 +263,54 @@ func TestBuildNoCampaign(t *testing.T) {
 	if _, err := chddl.Migrate(ctx, chx.Session(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Build(ctx, ch.Conn, ""); err == nil || !strings.Contains(err.Error(), ErrNoCampaign.Error()) {
+	if _, err := Build(ctx, ch.Conn, "", ""); err == nil || !strings.Contains(err.Error(), ErrNoCampaign.Error()) {
 		t.Fatalf("empty database: %v", err)
 	}
-	if _, err := Build(ctx, ch.Conn, "nope"); err == nil {
+	if _, err := Build(ctx, ch.Conn, "", "nope"); err == nil {
 		t.Fatal("unknown campaign: no error")
+	}
+}
+
+// TestReportIsOneProjects: another project that uses the same campaign id
+// (and the same cell ids) is never mixed into a report: without --project
+// the report refuses, naming both projects; with it, each project's report
+// has its own cells only.
+func TestReportIsOneProjects(t *testing.T) {
+	conn, cfg, _ := fixture(t)
+	ctx := context.Background()
+	mine, err := Build(ctx, conn, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.Agents, other.AnchorAgents, other.Benchmarks = []string{"opus46"}, []string{"opus46"}, []string{"swe"}
+	var evs []schemas.Event
+	if err := sim.Generate(other, func(ev schemas.Event) error {
+		ev.Header().Project = "globex"
+		evs = append(evs, ev)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	load(t, conn, evs, 1)
+	if _, err := Build(ctx, conn, "", cfg.Campaign); err == nil || !strings.Contains(err.Error(), "--project") ||
+		!strings.Contains(err.Error(), "globex") || !strings.Contains(err.Error(), mine.Project) {
+		t.Fatalf("a campaign id of two projects without --project: %v, want an error naming both", err)
+	}
+	again, err := Build(ctx, conn, mine.Project, cfg.Campaign)
+	if err != nil || len(again.Cells) != len(mine.Cells) {
+		t.Fatalf("%s's report after globex's cells arrived: %v, %d cells, want %d", mine.Project, err, len(again.Cells), len(mine.Cells))
+	}
+	theirs, err := Build(ctx, conn, "globex", cfg.Campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(theirs.Cells) == 0 || len(theirs.Cells) >= len(mine.Cells) {
+		t.Fatalf("globex's report has %d cells, want its own (fewer than %d)", len(theirs.Cells), len(mine.Cells))
+	}
+	for _, c := range theirs.Cells {
+		if c.Benchmark != "swe" || c.Agent != "opus46" {
+			t.Fatalf("globex's report holds a cell of another project: %+v", c)
+		}
 	}
 }
