@@ -144,11 +144,11 @@ func TestViewsSameOnBothEngines(t *testing.T) {
 func TestReportSameOnBothEngines(t *testing.T) {
 	old, cur := loadBoth(t)
 	ctx := context.Background()
-	ra, err := report.Build(ctx, old.Conn, "c1")
+	ra, err := report.Build(ctx, old.Conn, "", "c1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := report.Build(ctx, cur, "c1")
+	rb, err := report.Build(ctx, cur, "", "c1")
 	if err != nil {
 		t.Fatalf("report on %s: %v", cur.Version, err)
 	}
@@ -159,8 +159,8 @@ func TestReportSameOnBothEngines(t *testing.T) {
 		t.Errorf("harnessflow report differs between 18.16 and %s:\n%s", cur.Version, d)
 	}
 	// The latest campaign is found the same way (Build with no campaign).
-	la, err1 := report.Build(ctx, old.Conn, "")
-	lb, err2 := report.Build(ctx, cur, "")
+	la, err1 := report.Build(ctx, old.Conn, "", "")
+	lb, err2 := report.Build(ctx, cur, "", "")
 	if err1 != nil || err2 != nil || la.Campaign != lb.Campaign {
 		t.Errorf("latest campaign: %v %v / %v %v", la, err1, lb, err2)
 	}
