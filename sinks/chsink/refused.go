@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -106,8 +108,8 @@ func (s *Sink) isolate(ctx context.Context, t *table, rows []row, first error) (
 }
 
 // deadLetterRefused writes the refused rows of table t to rejected_events
-// (stage semantic, reason CodeRefused, the server's reason, the event's
-// coordinates and its Avro encoding as the payload). Rows of rejected_events
+// and to hf.dlq (stage semantic, reason CodeRefused, the server's reason,
+// the event's coordinates and its Avro encoding as the payload). Rows of rejected_events
 // itself cannot go there: they are logged, with their coordinates.
 func (s *Sink) deadLetterRefused(ctx context.Context, t *table, refused []refusal) error {
 	if t == tRejected {
@@ -131,7 +133,36 @@ func (s *Sink) deadLetterRefused(ctx context.Context, t *table, refused []refusa
 		return &InsertError{Table: tRejected.name, Rows: len(rows), Attempts: attempts, Err: err}
 	}
 	s.addStats(func(st *Stats) { st.Rejected += int64(len(rows)); st.Rows += int64(len(rows)) })
-	return nil
+	return s.publishRefused(ctx, rows)
+}
+
+// publishRefused writes the dead letters to hf.dlq too, where every other
+// dead letter is (consumers of the topic see them; the sink reading them back
+// inserts the same rows again, which rejected_events' key deduplicates). It
+// retries until acknowledged or ctx ends: the batch is not committed before,
+// so a restart reads it again and publishes again (the same event ids).
+func (s *Sink) publishRefused(ctx context.Context, rows []row) error {
+	if s.dlq == nil {
+		return nil
+	}
+	msgs := make([]kafka.Message, 0, len(rows))
+	for _, r := range rows {
+		rec := r.ev.(*schemas.Rejected)
+		b, err := schemas.Encode(rec)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(rec.PartitionKey()), Value: b})
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 5*time.Second, 0
+	return backoff.Retry(func() error {
+		err := s.dlq.WriteMessages(ctx, msgs...)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Int("dead_letters", len(msgs)).Msg("publishing refused rows to hf.dlq; retrying")
+		}
+		return err
+	}, backoff.WithContext(bo, ctx))
 }
 
 // refusedRejection is the dead letter of a row ClickHouse refused; its id

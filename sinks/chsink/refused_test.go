@@ -11,6 +11,7 @@ import (
 	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/producers/producerstest"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 )
@@ -20,7 +21,7 @@ import (
 // no CHECK constraints; the insert of the whole block fails with code 395,
 // a permanent error). The sink used to stop on it, and every restart failed
 // on the same batch. Now it finds the row by bisection, writes it to
-// rejected_events with the server's reason, inserts the other rows,
+// rejected_events and hf.dlq with the server's reason, inserts the other rows,
 // commits, and goes on consuming.
 func TestRowClickHouseRefusesIsDeadLettered(t *testing.T) {
 	broker := testenv.Kafka(t)
@@ -55,6 +56,23 @@ func TestRowClickHouseRefusesIsDeadLettered(t *testing.T) {
 	if code != chsink.CodeRefused || topic != schemas.TopicAttempts || !strings.Contains(msg, "task poison") ||
 		!strings.Contains(msg, "395") {
 		t.Fatalf("dead letter %s/%s %q from %s@%d", stage, code, msg, topic, off)
+	}
+	// It is on hf.dlq too, where every other dead letter is.
+	dl, err := producerstest.ReadTopic(ctx, broker.Addr(), schemas.TopicDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onTopic int
+	for _, m := range dl {
+		if ev, err := schemas.Decode(m.Value); err == nil {
+			if r, ok := ev.(*schemas.Rejected); ok && r.ReasonCode == chsink.CodeRefused && r.Offset == off &&
+				strings.HasPrefix(r.EventID, "sink-refused:") {
+				onTopic++
+			}
+		}
+	}
+	if onTopic != 1 {
+		t.Fatalf("%d refused-row dead letters on %s (of %d messages), want 1", onTopic, schemas.TopicDLQ, len(dl))
 	}
 	waitFor(t, 30*time.Second, "every offset committed", func() (bool, string) {
 		n := committedTotal(t, brokers, "gr", schemas.TopicAttempts)

@@ -41,6 +41,7 @@ import (
 	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // Sink consumes Kafka topics into ClickHouse tables. Run it once.
@@ -70,6 +71,9 @@ type Sink struct {
 
 	// ownWriter: w is the ConnWriter Run opened (not WithWriter's).
 	ownWriter bool
+	// dlq writes the dead letters of rows ClickHouse refuses to hf.dlq
+	// (set by runOnce before its workers start).
+	dlq *kafka.Writer
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -199,6 +203,8 @@ func (s *Sink) runOnce(ctx context.Context) error {
 	}
 	r := kafka.NewReader(s.readerConfig())
 	defer r.Close()
+	s.dlq = kafkax.NewWriter(kafkax.WriterConfig{Brokers: s.cfg.Brokers, Topic: schemas.TopicDLQ, BatchSize: 1})
+	defer s.dlq.Close()
 	s.log.Info().Strs("topics", s.cfg.Topics).Str("group", s.cfg.Group).Str("database", s.cfg.Database).
 		Int("max_rows", s.cfg.MaxRows).Int("max_bytes", s.cfg.MaxBytes).Dur("max_age", s.cfg.MaxAge).Msg("sink started")
 	s.readyOnce.Do(func() { close(s.ready) })
