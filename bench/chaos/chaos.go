@@ -491,7 +491,12 @@ func (r *runner) report(v *verification, lags map[string]int64, ps ProducerStats
 	rep.TrainedTwice, rep.Untrained = ts.Duplicated, ts.Lost
 	rep.SamplesEqual = v.SampleMismatches == 0 && v.table("labeled_samples").Lost == 0 && v.table("labeled_samples").Unexpected == 0
 	for _, c := range r.children {
-		rep.UnexpectedExits[c.p.Name] = c.unexpectedExits()
+		n := c.unexpectedExits()
+		rep.UnexpectedExits[c.p.Name] = n
+		if n > 0 {
+			// No service may exit on a fault it should ride out.
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s exited %d times without being killed (its log: %s)", c.p.Name, n, c.p.LogPath))
+		}
 	}
 	client := kafkax.NewClient(r.cl.Brokers())
 	if ends, err := kafkax.EndOffsets(context.Background(), client, schemas.RawTopics...); err == nil {

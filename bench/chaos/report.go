@@ -71,7 +71,7 @@ type Report struct {
 	// answered with an error or held.
 	KafkaRequestsFaulted int64 `json:"kafka_requests_faulted"`
 	// UnexpectedExits counts children that died without being killed (each
-	// was restarted).
+	// was restarted); any is a failure of the run.
 	UnexpectedExits map[string]int `json:"unexpected_exits"`
 	// Restarts counts each child's lives.
 	Starts map[string]int `json:"starts"`
