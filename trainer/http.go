@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -12,13 +11,12 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
+	"github.com/harnessflow/harnessflow/internal/secret"
 )
 
 // Ready is closed once the trainer serves: it has restored its checkpoint
@@ -132,29 +130,6 @@ func bearer(h string) (string, bool) {
 	return cred, cred != ""
 }
 
-// readScoreToken reads the /v1/score token from path: its first line,
-// without a byte order mark or surrounding spaces. A file readable by
-// group or others, and an empty one, are refused.
-func readScoreToken(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("%w: score token file: %v", ErrConfig, err)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
-		return "", fmt.Errorf("%w: score token file %s is readable by group or others (mode %v): chmod 600 %s", ErrConfig, path, perm, path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%w: score token file: %v", ErrConfig, err)
-	}
-	b = bytes.TrimPrefix(b, []byte{0xef, 0xbb, 0xbf})
-	line, _, _ := strings.Cut(string(b), "\n")
-	if line = strings.TrimSpace(line); line == "" {
-		return "", fmt.Errorf("%w: score token file %s is empty", ErrConfig, path)
-	}
-	return line, nil
-}
-
 // loadHTTPSecurity loads the TLS certificate and the /v1/score token the
 // configuration names (New calls it).
 func (t *Trainer) loadHTTPSecurity() error {
@@ -167,9 +142,9 @@ func (t *Trainer) loadHTTPSecurity() error {
 	}
 	t.scoreToken = t.cfg.ScoreToken
 	if t.cfg.ScoreTokenFile != "" {
-		tok, err := readScoreToken(t.cfg.ScoreTokenFile)
+		tok, err := secret.FirstLine(t.cfg.ScoreTokenFile, "score token file")
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		t.scoreToken = tok
 	}

@@ -11,9 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/harnessflow/harnessflow/internal/secret"
 	"gopkg.in/yaml.v3"
-
-	"github.com/harnessflow/harnessflow/internal/kafkax"
 )
 
 type composeFile struct {
@@ -420,12 +419,12 @@ func TestComposeCredentials(t *testing.T) {
 		read(secret)
 	}
 	pw := map[string]string{}
-	for _, secret := range []string{"clickhouse_password", "kafka_password", "ingest_tokens"} {
-		p, err := kafkax.ReadPasswordFile(filepath.Join(dir, files[secret]))
+	for _, name := range []string{"clickhouse_password", "kafka_password", "ingest_tokens"} {
+		p, err := secret.FirstLine(filepath.Join(dir, files[name]), name)
 		if err != nil || len(p) < 16 {
-			t.Fatalf("secret %s: %q, %v", secret, p, err)
+			t.Fatalf("secret %s: %q, %v", name, p, err)
 		}
-		pw[secret] = p
+		pw[name] = p
 	}
 	jaas := read("kafka_jaas")
 	if !strings.Contains(jaas, `user_harnessflow="`+pw["kafka_password"]+`"`) {
@@ -442,7 +441,7 @@ func TestComposeCredentials(t *testing.T) {
 		t.Errorf("secrets/.gitignore does not ignore the secrets: %q, %v", b, err)
 	}
 	gen()
-	if p, _ := kafkax.ReadPasswordFile(filepath.Join(dir, files["kafka_password"])); p != pw["kafka_password"] {
+	if p, _ := secret.FirstLine(filepath.Join(dir, files["kafka_password"]), "kafka_password"); p != pw["kafka_password"] {
 		t.Error("a second run replaced kafka_password")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/secret"
 )
 
 // security holds the global credential and TLS flags of the process: how
@@ -53,7 +54,7 @@ func (k *kafkaSecurity) flags(root *cobra.Command) {
 func (k *kafkaSecurity) apply() error {
 	sec := kafkax.Security{SASL: k.sasl, User: k.user, TLS: k.tls, CAFile: k.ca}
 	if k.passwordFile != "" {
-		pw, err := kafkax.ReadPasswordFile(k.passwordFile)
+		pw, err := secret.FirstLine(k.passwordFile, "--kafka-password-file")
 		if err != nil {
 			return err
 		}
@@ -84,7 +85,7 @@ func (c *clickhouseSecurity) flags(root *cobra.Command) {
 func (c *clickhouseSecurity) apply() error {
 	sec := chx.Security{User: c.user, TLS: c.tls, CAFile: c.ca}
 	if c.passwordFile != "" {
-		pw, err := kafkax.ReadPasswordFile(c.passwordFile)
+		pw, err := secret.FirstLine(c.passwordFile, "--clickhouse-password-file")
 		if err != nil {
 			return fmt.Errorf("--clickhouse-password-file: %w", err)
 		}

@@ -12,13 +12,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/secret"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -139,19 +139,12 @@ const internalUser = "hf-broker-internal"
 // blank lines and # comments allowed. A file readable by group or others is
 // refused (chmod 600), as is a duplicate or malformed line.
 func ReadUsersFile(path string) (map[string]string, error) {
-	fi, err := os.Stat(path)
+	b, err := secret.ReadFile(path, "SASL users file")
 	if err != nil {
-		return nil, fmt.Errorf("SASL users file: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("SASL users file %s is readable by group or others (mode %v): chmod 600 %s", path, fi.Mode().Perm(), path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("SASL users file: %w", err)
+		return nil, err
 	}
 	users := map[string]string{}
-	for i, line := range strings.Split(strings.TrimPrefix(string(b), "\uFEFF"), "\n") {
+	for i, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue

@@ -49,29 +49,6 @@ type secured struct {
 
 var current atomic.Pointer[secured]
 
-// ReadPasswordFile reads a secret from path: the file's first line, without
-// its line ending. A file readable by others than its owner is refused
-// (say `chmod 600 FILE`).
-func ReadPasswordFile(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("password file: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("password file %s is readable by group or others (mode %v): chmod 600 %s", path, fi.Mode().Perm(), path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("password file: %w", err)
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	line = strings.TrimSuffix(line, "\r")
-	if line == "" {
-		return "", fmt.Errorf("password file %s is empty", path)
-	}
-	return line, nil
-}
-
 // Configure makes s the security of every Kafka client this package builds
 // from now on. It checks s and loads the CA file; a bad setting is an error
 // that names the flag to fix.

@@ -143,21 +143,3 @@ func TestConfigureRefusesIncompleteSettings(t *testing.T) {
 		t.Fatalf("the zero Security: err %v, secured %v", err, kafkax.Secured())
 	}
 }
-
-// TestReadPasswordFileRefusesLooseModes: a secret file readable by others is
-// refused with the chmod to run; the first line is the secret.
-func TestReadPasswordFileRefusesLooseModes(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "pw")
-	if err := os.WriteFile(p, []byte("s3cret\nignored\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kafkax.ReadPasswordFile(p); err == nil || !strings.Contains(err.Error(), "chmod 600") {
-		t.Fatalf("mode 644: %v", err)
-	}
-	if err := os.Chmod(p, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if pw, err := kafkax.ReadPasswordFile(p); err != nil || pw != "s3cret" {
-		t.Fatalf("mode 600: %q %v", pw, err)
-	}
-}

@@ -7,15 +7,12 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"runtime"
 	"strings"
+
+	"github.com/harnessflow/harnessflow/internal/secret"
 )
 
-// utf8BOM is the byte order mark some editors put at the start of a file.
-var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 
 // LoadTokens reads a tokens file: one "TOKEN PROJECT" pair per line, separated
 // by spaces or tabs; blank lines and lines starting with # are ignored; a
@@ -25,23 +22,10 @@ var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 // it. It returns token → project, or every problem joined (each wrapping
 // ErrBadTokensFile, with its line number).
 func LoadTokens(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	data, err := secret.ReadFile(path, "tokens file")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadTokensFile, err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadTokensFile, err)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
-		return nil, fmt.Errorf("%w: %s has mode %#o: group or others may read its tokens; run chmod 600 %s", ErrBadTokensFile, path, perm, path)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadTokensFile, path, err)
-	}
-	data = bytes.TrimPrefix(data, utf8BOM)
 	out := map[string]string{}
 	var errs []error
 	sc := bufio.NewScanner(bytes.NewReader(data))
