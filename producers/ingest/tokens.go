@@ -13,7 +13,6 @@ import (
 	"github.com/harnessflow/harnessflow/internal/secret"
 )
 
-
 // LoadTokens reads a tokens file: one "TOKEN PROJECT" pair per line, separated
 // by spaces or tabs; blank lines and lines starting with # are ignored; a
 // UTF-8 byte order mark at the start is stripped (it would otherwise become
