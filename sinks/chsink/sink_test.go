@@ -522,6 +522,8 @@ func TestSinkSurvivesBrokerRestart(t *testing.T) {
 	})
 	produce(t, brokers, attempts(2000, 2000))
 	b1.Close() // while the sink inserts and commits those
+	// The fault: the broker stays down 1.5 s (its length, not a wait for
+	// an outcome).
 	time.Sleep(1500 * time.Millisecond)
 	var b2 *broker.Broker
 	var err error
