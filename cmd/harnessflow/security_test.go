@@ -3,15 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,37 +13,16 @@ import (
 	"github.com/harnessflow/harnessflow/internal/chserver"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // writeCert writes a self-signed certificate for 127.0.0.1 (its own CA)
-// and its key as PEM files in dir, mode 600.
+// and its key as PEM files in dir.
 func writeCert(t *testing.T, dir string) (cert, key string) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "harnessflow cmd test broker"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key = filepath.Join(dir, "broker.pem"), filepath.Join(dir, "broker-key.pem")
-	writeFile(t, cert, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), 0o600)
-	writeFile(t, key, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})), 0o600)
-	return cert, key
+	c := testenv.SelfSignedCert(t, dir)
+	return c.Cert, c.Key
 }
 
 func writeFile(t *testing.T, path, text string, mode os.FileMode) {

@@ -2,15 +2,7 @@ package kafkax_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,33 +13,15 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/broker"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // selfSigned returns a TLS server config for 127.0.0.1 and the PEM file of
 // its certificate (its own CA).
 func selfSigned(t *testing.T) (*tls.Config, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "harnessflow test broker"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}, ca
+	c := testenv.SelfSignedCert(t, t.TempDir())
+	return c.Server, c.Cert
 }
 
 // roundTrip creates the topics, writes one record and reads it back through
