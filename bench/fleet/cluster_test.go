@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -96,17 +97,29 @@ func firstPartitionWith(t *testing.T, ctx context.Context, c *Cluster) int {
 	for p := 0; p < 6; p++ {
 		reqs = append(reqs, kafka.LastOffsetOf(p))
 	}
-	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{"hf.dlq": reqs}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range res.Topics["hf.dlq"] {
-		if p.LastOffset > 0 {
-			return p.Partition
+	// A broker just restarted may answer a partition with an error for a
+	// moment (a retriable one, as it would to any client): ask again for a
+	// while before concluding that the message is gone.
+	var seen []string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{"hf.dlq": reqs}})
+		seen = seen[:0]
+		if err != nil {
+			seen = append(seen, err.Error())
+		} else {
+			for _, p := range res.Topics["hf.dlq"] {
+				if p.LastOffset > 0 {
+					return p.Partition
+				}
+				seen = append(seen, fmt.Sprintf("partition %d: last offset %d, error %v", p.Partition, p.LastOffset, p.Error))
+			}
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no partition of hf.dlq holds the message written before the restart: %s", strings.Join(seen, "; "))
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
 	}
-	t.Fatal("no partition of hf.dlq holds the message")
-	return 0
 }
 
 // tailLines returns the last n lines of s.
