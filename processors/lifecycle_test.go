@@ -233,7 +233,7 @@ func TestBrokerOutageLongerThanTheRetryBudget(t *testing.T) {
 	defer func() { b.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := kafkax.EnsureAllTopics(ctx, []string{addr}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{addr}, b.TopicOption()); err != nil {
 		t.Fatal(err)
 	}
 	produceCampaign(t, addr, testCampaign())
@@ -296,7 +296,7 @@ func TestStopWhenCaughtUpRetriesTheEndOffsets(t *testing.T) {
 	addr := b.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := kafkax.EnsureAllTopics(ctx, []string{addr}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{addr}, b.TopicOption()); err != nil {
 		t.Fatal(err)
 	}
 	produceCampaign(t, addr, testCampaign())

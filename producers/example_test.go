@@ -22,7 +22,7 @@ func ExampleProducer() {
 		return
 	}
 	defer b.Close()
-	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}, b.TopicOption()); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -182,13 +182,13 @@ func (s *Stack) Run(ctx context.Context) error {
 	ep.DataDir = cfg.DataDir
 	ep.Database = cfg.Database
 
-	brokers, stopBroker, err := s.startKafka(prev)
+	brokers, topicOpts, stopBroker, err := s.startKafka(prev)
 	if err != nil {
 		return err
 	}
 	defer stopBroker()
 	ep.Brokers = strings.Join(brokers, ",")
-	if err := kafkax.EnsureAllTopics(ctx, brokers); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, brokers, topicOpts...); err != nil {
 		return err
 	}
 
@@ -299,17 +299,19 @@ func (s *Stack) Run(ctx context.Context) error {
 }
 
 // startKafka starts the embedded broker unless the configuration names
-// brokers, and returns the brokers and what stops the broker.
-func (s *Stack) startKafka(prev Endpoints) ([]string, func(), error) {
+// brokers, and returns the brokers, how to create topics on them (on the
+// embedded one-node broker: one replica each; on named brokers: the declared
+// factors or --kafka-replication-factor) and what stops the broker.
+func (s *Stack) startKafka(prev Endpoints) ([]string, []kafkax.TopicOption, func(), error) {
 	if len(s.cfg.Brokers) > 0 {
-		return s.cfg.Brokers, func() {}, nil
+		return s.cfg.Brokers, nil, func() {}, nil
 	}
 	listen := pickAddr(s.cfg.BrokerListen, prev.Brokers)
 	b, err := broker.Start(broker.Config{Listen: listen, DataDir: filepath.Join(s.cfg.DataDir, "kafka")})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return []string{b.Addr()}, func() {
+	return []string{b.Addr()}, []kafkax.TopicOption{b.TopicOption()}, func() {
 		s.log.Info().Msg("stopping the embedded broker")
 		b.Close()
 	}, nil

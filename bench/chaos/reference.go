@@ -47,7 +47,7 @@ func runReference(ctx context.Context, c *gen.Campaign, bad []malformed) (*refer
 	}
 	defer b.Close()
 	brokers := []string{b.Addr()}
-	if err := kafkax.EnsureAllTopics(ctx, brokers); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, brokers, b.TopicOption()); err != nil {
 		return nil, err
 	}
 	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: brokers, BatchSize: 5000, BatchBytes: 16 << 20})

@@ -22,7 +22,7 @@ func TestCountRequestsObservesWithoutAnswering(t *testing.T) {
 	rc := countRequests(b.Cluster())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}, b.TopicOption()); err != nil {
 		t.Fatal(err)
 	}
 	before := rc.snap()

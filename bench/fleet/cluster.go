@@ -75,7 +75,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	c.broker, c.addr = b, b.Addr()
-	if err := kafkax.EnsureAllTopics(ctx, []string{c.addr}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{c.addr}, b.TopicOption()); err != nil {
 		c.Close()
 		return nil, err
 	}

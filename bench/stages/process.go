@@ -179,6 +179,9 @@ func Process(ctx context.Context, cfg ProcessConfig, opts ...Option) (*ProcessRe
 		}
 		defer b.Close()
 		cfg.Brokers = []string{b.Addr()}
+		if err := kafkax.EnsureAllTopics(ctx, cfg.Brokers, b.TopicOption()); err != nil {
+			return nil, failed(err)
+		}
 	}
 	res, err := process(ctx, cfg, o.log)
 	return res, failed(err)

@@ -24,7 +24,7 @@ func startBroker(t *testing.T) string {
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}, b.TopicOption()); err != nil {
 		t.Fatalf("create topics: %v", err)
 	}
 	return b.Addr()
@@ -39,6 +39,9 @@ func BenchmarkProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bk.Close()
+	if err := kafkax.EnsureAllTopics(context.Background(), []string{bk.Addr()}, bk.TopicOption()); err != nil {
+		b.Fatal(err)
+	}
 	var raw, proc, relay float64
 	for i := 0; i < b.N; i++ {
 		res, err := Process(context.Background(), ProcessConfig{Brokers: []string{bk.Addr()}, Agents: 6, Rounds: 10, Tasks: 100, Seed: int64(i + 1), Relay: true})

@@ -117,6 +117,9 @@ func Produce(ctx context.Context, cfg ProduceConfig, out io.Writer) error {
 		}
 		defer b.Close()
 		cfg.Brokers = []string{b.Addr()}
+		if err := kafkax.EnsureAllTopics(ctx, cfg.Brokers, b.TopicOption()); err != nil {
+			return err
+		}
 	} else if err := kafkax.WaitReachable(ctx, cfg.Brokers, produceConnectWait); err != nil {
 		return err
 	}

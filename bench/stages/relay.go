@@ -31,8 +31,15 @@ func relay(ctx context.Context, brokers []string, client *kafka.Client, stamp, e
 	if !ok {
 		return 0, fmt.Errorf("no topic definition for %s", schemas.TopicOutcomes)
 	}
+	// The scratch topic has the replicas hf.outcomes has on this cluster
+	// (one on the embedded broker), so that its writes cost the same.
+	st, _, err := kafkax.DescribeTopics(ctx, client, []kafkatopics.Topic{def})
+	if err != nil {
+		return 0, err
+	}
+	rf := st[0].ReplicationFactor
 	def.Name = relayTopic
-	if err := kafkax.EnsureTopics(ctx, brokers, []kafkatopics.Topic{def}); err != nil {
+	if err := kafkax.EnsureTopics(ctx, brokers, []kafkatopics.Topic{def}, kafkax.WithReplicationFactor(rf)); err != nil {
 		return 0, err
 	}
 	ends, err := kafkax.EndOffsets(ctx, client, relayTopic)

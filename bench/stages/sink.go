@@ -118,6 +118,12 @@ func startSinkServers(ctx context.Context, out io.Writer) (brokers []string, add
 		os.RemoveAll(dir)
 		return nil, "", nil, err
 	}
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}, b.TopicOption()); err != nil {
+		srv.Stop()
+		b.Close()
+		os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
 	fmt.Fprintf(out, "embedded broker %s, clickhouse-server %s at %s\n", b.Addr(), srv.Version(), srv.Addr())
 	stop = func() {
 		srv.Stop()

@@ -28,6 +28,9 @@ func TestRoundTripSurvivesBrokerRestart(t *testing.T) {
 	}
 	defer func() { b.Close() }()
 	addr := b.Addr()
+	if err := b.EnsureAllTopics(ctx); err != nil { // as `harnessflow broker` does at start
+		t.Fatal(err)
+	}
 
 	evs := producerstest.Mixed(n, "rt")
 	lines := prodJSONL(t, evs)

@@ -34,10 +34,13 @@ func (s *security) apply() error {
 }
 
 // kafkaSecurity holds the global --kafka-* flags: how every Kafka client of
-// the process authenticates and encrypts (kafkax.Configure).
+// the process authenticates and encrypts (kafkax.Configure), and
+// --kafka-replication-factor, the factor of every topic it creates
+// (kafkax.SetReplicationFactor), which is no credential but is as global.
 type kafkaSecurity struct {
 	sasl, user, passwordFile, ca string
 	tls                          bool
+	replication                  int
 }
 
 func (k *kafkaSecurity) flags(root *cobra.Command) {
@@ -47,11 +50,18 @@ func (k *kafkaSecurity) flags(root *cobra.Command) {
 	f.StringVar(&k.passwordFile, "kafka-password-file", "", "file whose first line is the SASL password (mode 600)")
 	f.BoolVar(&k.tls, "kafka-tls", false, "connect to the brokers over TLS")
 	f.StringVar(&k.ca, "kafka-ca", "", "PEM file of the CA certificates of the brokers (implies --kafka-tls; default: the system's)")
+	f.IntVar(&k.replication, "kafka-replication-factor", 0,
+		"replication factor of every topic this process creates, instead of each topic's declared one (3); "+
+			"0: each topic's declared factor, refused when the cluster has fewer brokers; the embedded broker uses its own broker count, 1")
 }
 
 // apply configures kafkax from the flags (after their environment variables
 // were read). With none set the clients are PLAINTEXT, as before.
 func (k *kafkaSecurity) apply() error {
+	if k.replication < 0 {
+		return fmt.Errorf("--kafka-replication-factor %d: want 1 or more, or 0 for each topic's declared factor", k.replication)
+	}
+	kafkax.SetReplicationFactor(k.replication)
 	sec := kafkax.Security{SASL: k.sasl, User: k.user, TLS: k.tls, CAFile: k.ca}
 	if k.passwordFile != "" {
 		pw, err := secret.FirstLine(k.passwordFile, "--kafka-password-file")

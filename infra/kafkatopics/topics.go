@@ -22,7 +22,11 @@ type Topic struct {
 	Name       string
 	Class      Class
 	Partitions int
-	// ReplicationFactor is capped by the broker count at creation time.
+	// ReplicationFactor is the replicas of each partition. A cluster with
+	// fewer brokers refuses the topic (kafkax.EnsureTopics: no silent cap)
+	// unless it is created with an explicit factor: the embedded broker's
+	// broker count, or --kafka-replication-factor. A topic that exists keeps
+	// the factor it was created with.
 	ReplicationFactor int
 	// Configs are Kafka topic configs (cleanup.policy, retention.ms, ...).
 	Configs map[string]string

@@ -29,6 +29,10 @@ type Config struct {
 	// Listen is host:port to serve the Kafka protocol on. Default: 127.0.0.1:9092;
 	// port 0 picks a free port.
 	Listen string
+	// Brokers is the number of broker nodes; the first serves on Listen, the
+	// others on free ports of its host (tests of multi-broker clusters:
+	// replication, partition leaders on several nodes). Default: 1.
+	Brokers int
 	// DataDir persists topics, offsets and groups; empty keeps everything in
 	// memory. Default: "" (memory).
 	DataDir string
@@ -50,11 +54,13 @@ type Config struct {
 	AssumedSessionTimeout time.Duration
 }
 
-// Broker is an embedded single-node Kafka-protocol broker (franz-go's kfake).
+// Broker is an embedded Kafka-protocol broker (franz-go's kfake), one node
+// unless Config.Brokers asks more.
 // Any Kafka client can connect to Addr.
 type Broker struct {
 	c        *kfake.Cluster
 	addr     string
+	n        int
 	sessions *sessions
 }
 
@@ -83,11 +89,20 @@ func Start(cfg Config) (*Broker, error) {
 		port = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
 	}
+	if cfg.Brokers < 1 {
+		cfg.Brokers = 1
+	}
+	ports := make([]int, cfg.Brokers) // the others: 0, a free port
+	ports[0] = port
 	opts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(port),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		kfake.NumBrokers(cfg.Brokers),
+		kfake.Ports(ports...),
+		kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+			p := strconv.Itoa(port)
+			if _, ap, err := net.SplitHostPort(addr); err == nil && ap == "0" {
+				p = "0"
+			}
+			return net.Listen(network, net.JoinHostPort(host, p))
 		}),
 		kfake.DefaultNumPartitions(6),
 	}
@@ -129,7 +144,7 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("start embedded broker on %s: %w", cfg.Listen, err)
 	}
 	addr := c.ListenAddrs()[0]
-	return &Broker{c: c, addr: addr, sessions: watchSessions(c, addr, cfg.AssumedSessionTimeout, watch)}, nil
+	return &Broker{c: c, addr: addr, n: cfg.Brokers, sessions: watchSessions(c, addr, cfg.AssumedSessionTimeout, watch)}, nil
 }
 
 // internalUser is the SASL user of the broker's own session watch.
@@ -168,14 +183,29 @@ func ReadUsersFile(path string) (map[string]string, error) {
 }
 
 // EnsureAllTopics creates every harnessflow topic (infra/kafkatopics) that
-// does not exist yet, through the broker's own client: it works with SASL
-// and TLS on, whatever this process's client security.
+// does not exist yet, with ReplicationFactor replicas, through the broker's
+// own client: it works with SASL and TLS on, whatever this process's client
+// security.
 func (b *Broker) EnsureAllTopics(ctx context.Context) error {
-	return kafkax.EnsureTopicsWith(ctx, b.sessions.client, kafkatopics.All())
+	return kafkax.EnsureTopicsWith(ctx, b.sessions.client, kafkatopics.All(), b.TopicOption())
 }
 
-// Addr is the broker's host:port.
+// ReplicationFactor is the most replicas a topic can have on this cluster:
+// its broker count (Config.Brokers), 1 by default.
+func (b *Broker) ReplicationFactor() int { return b.n }
+
+// TopicOption is what creating topics on this embedded cluster passes to
+// kafkax.EnsureTopics: every topic with ReplicationFactor replicas, since
+// the declared factor (3) is for a real cluster and is otherwise refused.
+func (b *Broker) TopicOption() kafkax.TopicOption {
+	return kafkax.WithReplicationFactor(b.n)
+}
+
+// Addr is the first broker's host:port: the bootstrap address.
 func (b *Broker) Addr() string { return b.addr }
+
+// Addrs are every broker's host:port, the first being Addr.
+func (b *Broker) Addrs() []string { return b.c.ListenAddrs() }
 
 // Cluster exposes the kfake cluster (fault injection in tests and chaos runs).
 func (b *Broker) Cluster() *kfake.Cluster { return b.c }

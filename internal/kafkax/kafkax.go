@@ -13,10 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 )
 
 // ParseBrokers splits a comma-separated broker list and drops empty entries.
@@ -32,81 +29,6 @@ func ParseBrokers(s string) []string {
 
 // ErrNoBrokers is returned when a component is given no broker address.
 var ErrNoBrokers = errors.New("no Kafka brokers given: pass --brokers host:port[,host:port] or set HF_BROKERS")
-
-// EnsureTopics creates every topic in defs that does not exist yet, capping the
-// replication factor at the number of brokers. It is idempotent and retries
-// transient failures (broker still starting) for up to 30 s.
-func EnsureTopics(ctx context.Context, brokers []string, defs []kafkatopics.Topic) error {
-	if len(brokers) == 0 {
-		return ErrNoBrokers
-	}
-	return EnsureTopicsWith(ctx, NewClient(brokers), defs)
-}
-
-// EnsureTopicsWith is EnsureTopics over a client the caller built (the
-// embedded broker's own, which authenticates as its internal user).
-func EnsureTopicsWith(ctx context.Context, client *kafka.Client, defs []kafkatopics.Topic) error {
-	op := func() error {
-		md, err := client.Metadata(ctx, &kafka.MetadataRequest{})
-		if err != nil {
-			return fmt.Errorf("metadata: %w", err)
-		}
-		existing := map[string]bool{}
-		for _, t := range md.Topics {
-			if t.Error == nil {
-				existing[t.Name] = true
-			}
-		}
-		nb := len(md.Brokers)
-		if nb < 1 {
-			nb = 1
-		}
-		var req kafka.CreateTopicsRequest
-		for _, d := range defs {
-			if existing[d.Name] {
-				continue
-			}
-			rf := d.ReplicationFactor
-			if rf > nb {
-				rf = nb
-			}
-			if rf < 1 {
-				rf = 1
-			}
-			tc := kafka.TopicConfig{Topic: d.Name, NumPartitions: d.Partitions, ReplicationFactor: rf}
-			for k, v := range d.Configs {
-				tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
-			}
-			req.Topics = append(req.Topics, tc)
-		}
-		if len(req.Topics) == 0 {
-			return nil
-		}
-		resp, err := client.CreateTopics(ctx, &req)
-		if err != nil {
-			return fmt.Errorf("create topics: %w", err)
-		}
-		for name, terr := range resp.Errors {
-			if terr != nil && !errors.Is(terr, kafka.TopicAlreadyExists) {
-				return fmt.Errorf("create topic %s: %w", name, terr)
-			}
-		}
-		return nil
-	}
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 100 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	b.MaxElapsedTime = 30 * time.Second
-	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
-		return fmt.Errorf("ensure topics on %s: %w", client.Addr, err)
-	}
-	return nil
-}
-
-// EnsureAllTopics applies every harnessflow topic definition (infra/kafkatopics).
-func EnsureAllTopics(ctx context.Context, brokers []string) error {
-	return EnsureTopics(ctx, brokers, kafkatopics.All())
-}
 
 // WriterConfig holds the settings of a kafka-go Writer. Zero fields take the
 // defaults documented on each field; none inherits kafka-go's own defaults.

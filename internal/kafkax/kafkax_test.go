@@ -25,7 +25,7 @@ func TestEnsureTopicsIdempotentAndRoundTrip(t *testing.T) {
 	defer cancel()
 	brokers := []string{b.Addr()}
 	// A second application changes nothing and does not fail.
-	if err := kafkax.EnsureAllTopics(ctx, brokers); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, brokers, b.TopicOption()); err != nil {
 		t.Fatalf("second EnsureAllTopics: %v", err)
 	}
 	conn, err := kafka.DialContext(ctx, "tcp", b.Addr())
@@ -77,7 +77,7 @@ func TestBrokerDataSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := b.Addr()
-	if err := kafkax.EnsureAllTopics(ctx, []string{addr}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{addr}, b.TopicOption()); err != nil {
 		t.Fatal(err)
 	}
 	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: []string{addr}, Topic: "hf.cells"})

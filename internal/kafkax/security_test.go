@@ -28,7 +28,7 @@ func selfSigned(t *testing.T) (*tls.Config, string) {
 // a consumer group, all with this process's security (kafkax.Configure).
 func roundTrip(ctx context.Context, addr string) error {
 	brokers := []string{addr}
-	if err := kafkax.EnsureAllTopics(ctx, brokers); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, brokers, kafkax.WithReplicationFactor(1)); err != nil { // the one-node embedded broker
 		return err
 	}
 	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: brokers, Topic: schemas.TopicCampaigns})

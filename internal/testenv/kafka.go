@@ -28,7 +28,25 @@ func Kafka(t testing.TB, dataDir ...string) *broker.Broker {
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}, b.TopicOption()); err != nil {
+		t.Fatalf("create topics: %v", err)
+	}
+	return b
+}
+
+// KafkaCluster is Kafka with n broker nodes (broker.Config.Brokers): every
+// harnessflow topic is created with n replicas (its declared 3 when n is 3)
+// and partition leaders spread over the nodes.
+func KafkaCluster(t testing.TB, n int) *broker.Broker {
+	t.Helper()
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Brokers: n})
+	if err != nil {
+		t.Fatalf("start embedded %d-broker cluster: %v", n, err)
+	}
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}, b.TopicOption()); err != nil {
 		t.Fatalf("create topics: %v", err)
 	}
 	return b
