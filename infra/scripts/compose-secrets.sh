@@ -20,6 +20,11 @@
 #   kafka_client.properties  client settings as `broker`, for the brokers'
 #                          health check and Kafka's CLI tools (0644)
 #   ingest-tokens          ingest's bearer tokens, `TOKEN PROJECT` lines (0600)
+#   clickhouse_cluster_secret.xml  the cluster shape's (docker-compose.cluster.yml)
+#                          inter-server secret of cluster `hf`, substituted into
+#                          infra/compose/clickhouse-cluster/cluster.xml by
+#                          include_from (0644: read by the clickhouse image's
+#                          user; protected by the directory)
 set -euo pipefail
 
 root=${HF_COMPOSE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -69,6 +74,17 @@ sasl.mechanism=PLAIN
 sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" password="$broker_pw";
 PROPS
 chmod 644 "$dir/kafka_jaas.conf" "$dir/kafka_client.properties"
+
+# The servers of the cluster shape authenticate each other's queries with
+# one shared secret (remote_servers' <secret>): kept across runs, like the
+# passwords, since every node must have the same one.
+password clickhouse_cluster_secret
+cat >"$dir/clickhouse_cluster_secret.xml" <<XML
+<clickhouse>
+    <hf_cluster_secret>$(head -n1 "$dir/clickhouse_cluster_secret")</hf_cluster_secret>
+</clickhouse>
+XML
+chmod 644 "$dir/clickhouse_cluster_secret.xml"
 
 if ! grep -qs '^HF_UID=' "$root/.env"; then
   printf 'HF_UID=%s\nHF_GID=%s\n' "$(id -u)" "$(id -g)" >>"$root/.env"
