@@ -30,14 +30,31 @@ type TopicFactor struct {
 }
 
 func (e *ReplicationError) Error() string {
-	parts := make([]string, len(e.Topics))
-	for i, t := range e.Topics {
-		parts[i] = fmt.Sprintf("%s asks replication factor %d", t.Topic, t.Factor)
+	// Topics grouped by the factor they ask, in order of appearance.
+	var factors []int
+	names := map[int][]string{}
+	for _, t := range e.Topics {
+		if _, ok := names[t.Factor]; !ok {
+			factors = append(factors, t.Factor)
+		}
+		names[t.Factor] = append(names[t.Factor], t.Topic)
 	}
-	return fmt.Sprintf("topic %s, but the Kafka cluster has %d broker(s): add brokers, "+
+	parts := make([]string, len(factors))
+	for i, f := range factors {
+		if n := names[f]; len(n) == 1 {
+			parts[i] = fmt.Sprintf("topic %s asks replication factor %d", n[0], f)
+		} else {
+			parts[i] = fmt.Sprintf("topics %s ask replication factor %d", strings.Join(n, ", "), f)
+		}
+	}
+	brokers := "brokers"
+	if e.Brokers == 1 {
+		brokers = "broker"
+	}
+	return fmt.Sprintf("%s, but the Kafka cluster has %d %s: add brokers, "+
 		"or create the topics with fewer replicas with --kafka-replication-factor %d "+
 		"(env HF_KAFKA_REPLICATION_FACTOR; a topic loses its data with its last replica's broker)",
-		strings.Join(parts, "; topic "), e.Brokers, max(e.Brokers, 1))
+		strings.Join(parts, "; "), e.Brokers, brokers, max(e.Brokers, 1))
 }
 
 // Is makes errors.Is(err, ErrReplicationFactor) true.
