@@ -1,0 +1,126 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harnessflow/harnessflow/infra/kafkatopics"
+	"github.com/harnessflow/harnessflow/internal/broker"
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/processors"
+	"github.com/harnessflow/harnessflow/producers/producerstest"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// TestTopicsListAndRaise: `topics` lists every declared topic with its
+// actual and declared partitions and replication; `topics raise` raises,
+// raises the five raw cell topics together, warns about cells in flight,
+// and refuses to lower a count or to touch a topic that is not ours.
+func TestTopicsListAndRaise(t *testing.T) {
+	b := testenv.Kafka(t)
+	ctx := prodCtx(t, 60*time.Second)
+	addr := b.Addr()
+
+	code, out, stderr := prodRunCLI(t, ctx, "", "topics", "--brokers", addr)
+	if code != 0 {
+		t.Fatalf("topics: exit %d; stderr:\n%s", code, stderr)
+	}
+	if !strings.HasPrefix(out, "brokers: 1\n") || !strings.Contains(out, "fewer replicas than declared") {
+		t.Fatalf("topics output:\n%s", out)
+	}
+	for _, d := range kafkatopics.All() {
+		if !strings.Contains(out, d.Name+" ") {
+			t.Errorf("topics does not list %s:\n%s", d.Name, out)
+		}
+	}
+	var row string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "hf.samples ") {
+			row = strings.Join(strings.Fields(l), " ")
+		}
+	}
+	if row != "hf.samples derived 6 6 1 3 under-replicated" {
+		t.Errorf("hf.samples' row %q is not 6/6 partitions, 1/3 replicas:\n%s", row, out)
+	}
+	if code, out2, _ := prodRunCLI(t, ctx, "", "topics", "list", "--brokers", addr); code != 0 || out2 != out {
+		t.Fatalf("topics list: exit %d, output differs from topics:\n%s", code, out2)
+	}
+
+	code, out, stderr = prodRunCLI(t, ctx, "", "topics", "raise", "hf.samples", "8", "--brokers", addr)
+	if code != 0 || !strings.Contains(out, "hf.samples: 6 -> 8 partitions\n") || !strings.Contains(out, "WARNING") {
+		t.Fatalf("raise hf.samples 8: exit %d\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	code, out, stderr = prodRunCLI(t, ctx, "", "topics", "raise", "hf.samples", "--partitions", "8", "--brokers", addr)
+	if code != 0 || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("raise to the same count: exit %d\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	code, _, stderr = prodRunCLI(t, ctx, "", "topics", "raise", "hf.samples", "4", "--brokers", addr)
+	if code != 2 || !strings.Contains(stderr, "cannot lower") || !strings.Contains(stderr, "hf.samples has 8 partitions") {
+		t.Fatalf("lower 8 -> 4: exit %d; stderr:\n%s", code, stderr)
+	}
+	code, _, stderr = prodRunCLI(t, ctx, "", "topics", "raise", "hf.nope", "4", "--brokers", addr)
+	if code != 2 || !strings.Contains(stderr, "no harnessflow topic") {
+		t.Fatalf("unknown topic: exit %d; stderr:\n%s", code, stderr)
+	}
+
+	// A raw cell topic raises all five (the processors' co-partitioning).
+	code, out, stderr = prodRunCLI(t, ctx, "", "topics", "raise", schemas.TopicAttempts, "9", "--brokers", addr)
+	if code != 0 {
+		t.Fatalf("raise %s: exit %d\n%s\nstderr:\n%s", schemas.TopicAttempts, code, out, stderr)
+	}
+	var cells []kafkatopics.Topic
+	for _, topic := range processors.CellTopics {
+		d, _ := kafkatopics.Lookup(topic)
+		cells = append(cells, d)
+	}
+	st, _, err := kafkax.DescribeTopics(ctx, kafkax.NewClient([]string{addr}), cells)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if !strings.Contains(out, s.Declared.Name+": 6 -> 9 partitions") || s.Partitions != 9 {
+			t.Errorf("%s: %d partitions after raising hf.attempts to 9; output:\n%s", s.Declared.Name, s.Partitions, out)
+		}
+	}
+
+	code, out, _ = prodRunCLI(t, ctx, "", "topics", "raise", "--help")
+	if code != 0 || !strings.Contains(out, "unknown_cell") || !strings.Contains(out, "between campaigns") {
+		t.Fatalf("raise --help does not say what raising does to cells in flight:\n%s", out)
+	}
+}
+
+// TestReplicationFactorFlag: on a one-broker cluster without topics a
+// component refuses the declared factor 3 with an error naming the flag, and
+// creates the topics with --kafka-replication-factor 1
+// (HF_KAFKA_REPLICATION_FACTOR).
+func TestReplicationFactorFlag(t *testing.T) {
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := prodCtx(t, 60*time.Second)
+	in := filepath.Join(t.TempDir(), "events.jsonl")
+	lines := prodJSONL(t, producerstest.Mixed(20, "rf"))
+	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := prodRunCLI(t, ctx, "", "produce", "--brokers", b.Addr(), "--progress", "0", in)
+	if code == 0 || !strings.Contains(stderr, "ask replication factor 3, but the Kafka cluster has 1 broker:") ||
+		!strings.Contains(stderr, "--kafka-replication-factor 1") {
+		t.Fatalf("produce on one broker with factor-3 topics: exit %d; stderr:\n%s", code, stderr)
+	}
+	t.Setenv("HF_KAFKA_REPLICATION_FACTOR", "1")
+	code, _, stderr = prodRunCLI(t, ctx, "", "produce", "--brokers", b.Addr(), "--progress", "0", in)
+	if code != 0 {
+		t.Fatalf("produce with HF_KAFKA_REPLICATION_FACTOR=1: exit %d; stderr:\n%s", code, stderr)
+	}
+	code, out, stderr := prodRunCLI(t, ctx, "", "topics", "--brokers", b.Addr())
+	if code != 0 || strings.Contains(out, "missing") || !strings.Contains(out, "under-replicated") {
+		t.Fatalf("topics after the override: exit %d\n%s\nstderr:\n%s", code, out, stderr)
+	}
+}
