@@ -62,6 +62,10 @@ type Config struct {
 	// by versions that lack it) and each query's (max_memory_usage).
 	// Default: 4 GiB.
 	MaxServerMemory int64
+	// ExtraConfig is XML added inside config.xml's root element as it is:
+	// a cluster node's remote_servers, macros, zookeeper, distributed_ddl
+	// and interserver settings (internal/chcluster writes them). Default: none.
+	ExtraConfig string
 }
 
 // AllocatorConf is the MALLOC_CONF the server runs with unless the
@@ -496,9 +500,9 @@ func writeConfig(cfg Config) error {
     <mark_cache_size>67108864</mark_cache_size>
     <uncompressed_cache_size>67108864</uncompressed_cache_size>
     <max_server_memory_usage>%d</max_server_memory_usage>
-</yandex>
+%s</yandex>
 `, xmlText(filepath.Join(d, "log", "clickhouse-server.log")), xmlText(filepath.Join(d, "log", "clickhouse-server.err.log")),
-		cfg.TCPPort, cfg.HTTPPort, secureConfig(cfg), p("data"), p("tmp"), p("user_files"), p("format_schemas"), cfg.MaxServerMemory)
+		cfg.TCPPort, cfg.HTTPPort, secureConfig(cfg), p("data"), p("tmp"), p("user_files"), p("format_schemas"), cfg.MaxServerMemory, cfg.ExtraConfig)
 	users := fmt.Sprintf(`<?xml version="1.0"?>
 <!-- Written by harnessflow (internal/chserver): one local user, loopback only. -->
 <yandex>
