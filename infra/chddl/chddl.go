@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,8 +99,14 @@ func (f File) Statements(database string, d Dialect) []string {
 	emit := func(s string) {
 		s = strings.ReplaceAll(s, DBPlaceholder, q)
 		if d == Legacy && strings.HasPrefix(s, createOrReplaceView) {
-			name, _, _ := strings.Cut(strings.TrimPrefix(s, createOrReplaceView), " ")
-			out = append(out, "DROP TABLE IF EXISTS "+name, "CREATE VIEW IF NOT EXISTS "+strings.TrimPrefix(s, createOrReplaceView))
+			// The view's name is the quoted database, a dot and a word: a
+			// database name may hold spaces.
+			rest := strings.TrimPrefix(s, createOrReplaceView)
+			name := viewNameRE.FindString(rest)
+			if name == "" {
+				name, _, _ = strings.Cut(rest, " ")
+			}
+			out = append(out, "DROP TABLE IF EXISTS "+name, "CREATE VIEW IF NOT EXISTS "+rest)
 			return
 		}
 		out = append(out, s)
@@ -124,6 +131,8 @@ func (f File) Statements(database string, d Dialect) []string {
 }
 
 const createOrReplaceView = "CREATE OR REPLACE VIEW "
+
+var viewNameRE = regexp.MustCompile("^" + quotedName + `\.\w+`)
 
 // Record is one ledger row.
 type Record struct {
@@ -171,6 +180,22 @@ type Result struct {
 // than every file of this binary, it changes nothing and says so in
 // Result.Newer.
 func Migrate(ctx context.Context, s Session, database string) (Result, error) {
+	return migrate(ctx, s, database, "")
+}
+
+// MigrateCluster is Migrate on the ClickHouse cluster named cluster (its
+// remote_servers name), through any one of its nodes: ON CLUSTER DDL,
+// replicated local tables, Distributed tables and views with the contract's
+// names on every node, a ledger replicated to every node (cluster.go). Run
+// again from any node, it finds nothing to do.
+func MigrateCluster(ctx context.Context, s Session, database, cluster string) (Result, error) {
+	if err := checkCluster(cluster); err != nil {
+		return Result{}, err
+	}
+	return migrate(ctx, s, database, cluster)
+}
+
+func migrate(ctx context.Context, s Session, database, cluster string) (Result, error) {
 	var res Result
 	if strings.TrimSpace(database) == "" {
 		return res, ErrNoDatabase
@@ -181,10 +206,14 @@ func Migrate(ctx context.Context, s Session, database string) (Result, error) {
 	}
 	res.ServerVersion, res.Dialect = v, DialectFor(v)
 	q := QuoteIdent(database)
-	if err := s.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+q); err != nil {
+	createDB, ledger := "CREATE DATABASE IF NOT EXISTS "+q, fmt.Sprintf(ledgerDDL, q)
+	if cluster != "" {
+		createDB, ledger = createDB+" ON CLUSTER "+cluster, clusterLedger(database, cluster)
+	}
+	if err := s.Exec(ctx, createDB); err != nil {
 		return res, fmt.Errorf("create database %s: %w", database, err)
 	}
-	if err := s.Exec(ctx, fmt.Sprintf(ledgerDDL, q)); err != nil {
+	if err := s.Exec(ctx, ledger); err != nil {
 		return res, fmt.Errorf("create ledger in %s: %w", database, err)
 	}
 	done, err := Applied(ctx, s, database)
@@ -213,12 +242,16 @@ func Migrate(ctx context.Context, s Session, database string) (Result, error) {
 			continue
 		}
 		reapply = true
-		if f.Version == rekeyVersion {
+		if f.Version == rekeyVersion && cluster == "" {
 			if err := rekey(ctx, s, database); err != nil {
 				return res, err
 			}
 		}
-		for i, stmt := range f.Statements(database, res.Dialect) {
+		stmts, err := fileStatements(f, database, cluster, res.Dialect)
+		if err != nil {
+			return res, err
+		}
+		for i, stmt := range stmts {
 			if err := s.Exec(ctx, stmt); err != nil {
 				return res, &StatementError{File: f.Name, Index: i + 1, SQL: stmt, Err: err}
 			}
@@ -239,21 +272,74 @@ func Migrate(ctx context.Context, s Session, database string) (Result, error) {
 // tooling), it leaves the database as Migrate would, and a later Migrate finds
 // nothing to do.
 func Print(w io.Writer, database string, d Dialect) error {
+	return printSchema(w, database, "", d)
+}
+
+// PrintCluster is Print for MigrateCluster: the statements it applies to a
+// cluster with no harnessflow database yet.
+func PrintCluster(w io.Writer, database, cluster string, d Dialect) error {
+	if err := checkCluster(cluster); err != nil {
+		return err
+	}
+	return printSchema(w, database, cluster, d)
+}
+
+func printSchema(w io.Writer, database, cluster string, d Dialect) error {
 	if strings.TrimSpace(database) == "" {
 		return ErrNoDatabase
 	}
 	q := QuoteIdent(database)
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "-- harnessflow schema for database %s, dialect %s (chddl.Print)\n", database, d)
-	fmt.Fprintf(bw, "CREATE DATABASE IF NOT EXISTS %s;\n\n%s;\n", q, fmt.Sprintf(ledgerDDL, q))
+	createDB, ledger := "CREATE DATABASE IF NOT EXISTS "+q, fmt.Sprintf(ledgerDDL, q)
+	if cluster != "" {
+		createDB, ledger = createDB+" ON CLUSTER "+cluster, clusterLedger(database, cluster)
+		fmt.Fprintf(bw, "-- harnessflow schema for database %s on cluster %s, dialect %s (chddl.PrintCluster)\n", database, cluster, d)
+	} else {
+		fmt.Fprintf(bw, "-- harnessflow schema for database %s, dialect %s (chddl.Print)\n", database, d)
+	}
+	fmt.Fprintf(bw, "%s;\n\n%s;\n", createDB, ledger)
 	for _, f := range Files() {
 		fmt.Fprintf(bw, "\n-- %s (sha256 %s)\n", f.Name, f.Checksum)
-		for _, stmt := range f.Statements(database, d) {
-			fmt.Fprintf(bw, "%s;\n\n", printedStatement(f, stmt, database, d))
+		stmts, err := printedStatements(f, database, cluster, d)
+		if err != nil {
+			return err
+		}
+		for _, stmt := range stmts {
+			fmt.Fprintf(bw, "%s;\n\n", stmt)
 		}
 		fmt.Fprintf(bw, "%s;\n", recordSQL(q, f, "now()"))
 	}
 	return bw.Flush()
+}
+
+// fileStatements are the statements Migrate applies for f: as written on
+// a single server; on a cluster, in their final form (printedStatements: no
+// rebuild runs there) turned into their cluster form.
+func fileStatements(f File, database, cluster string, d Dialect) ([]string, error) {
+	if cluster == "" {
+		return f.Statements(database, d), nil
+	}
+	return printedStatements(f, database, cluster, d)
+}
+
+// printedStatements are f's statements as Print writes them: tables with
+// their final definitions (printedStatement), in cluster form when cluster
+// is set.
+func printedStatements(f File, database, cluster string, d Dialect) ([]string, error) {
+	var out []string
+	for _, stmt := range f.Statements(database, d) {
+		stmt = printedStatement(f, stmt, database, d)
+		if cluster == "" {
+			out = append(out, stmt)
+			continue
+		}
+		cs, err := clusterStatements(stmt, database, cluster)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name, err)
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
 }
 
 // recordSQL adds f to the ledger of database q, stamped at, a SQL DateTime

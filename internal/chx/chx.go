@@ -54,12 +54,20 @@ const (
 // errors name the flags to fix. It connects with the user, password and TLS
 // that Configure set (default: user "default", no password, plain TCP). The
 // returned conn is safe for concurrent use.
-func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
+func Open(ctx context.Context, addr, database string, opts ...OpenOption) (driver.Conn, error) {
 	if strings.TrimSpace(addr) == "" {
 		return nil, ErrNoAddr
 	}
 	sec := security()
+	var settings clickhouse.Settings
+	for _, o := range opts {
+		if settings == nil {
+			settings = clickhouse.Settings{}
+		}
+		o(settings)
+	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
+		Settings: settings,
 		Protocol: clickhouse.Native,
 		Addr:     strings.Split(addr, ","),
 		Auth:     clickhouse.Auth{Database: database, Username: sec.user, Password: sec.password},
@@ -115,6 +123,20 @@ func Open(ctx context.Context, addr, database string) (driver.Conn, error) {
 		return nil, fmt.Errorf("clickhouse %s: ping: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// OpenOption adds query settings to every query of a connection.
+type OpenOption func(clickhouse.Settings)
+
+// Cluster makes a connection fit for writing to harnessflow's Distributed
+// tables on a cluster (infra/chddl/cluster.go): an INSERT returns only once
+// its rows are stored on a replica of every shard they go to
+// (insert_distributed_sync = 1), not when the node that was asked has
+// queued them for sending, so that a writer that commits Kafka offsets
+// after the insert commits only what is stored. A node that goes down
+// after receiving rows would otherwise take its queue with it.
+func Cluster() OpenOption {
+	return func(s clickhouse.Settings) { s["insert_distributed_sync"] = 1 }
 }
 
 // Retryable reports whether err is worth retrying: network failures, timeouts
