@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // RecomputeChunk is the most cells one RecomputeCellScores statement covers.
@@ -18,9 +17,16 @@ const RecomputeChunk = 500
 const MaxStatementBytes = 128 << 10
 
 // recomputeSQL writes the cell_scores rows of the listed cells ({cells}, a
-// list of (project, cell_id) tuples) from their deduplicated attempts: the
-// cell_rates fragment keyed by project and cell id, the same definition
-// v_cell_scores computes live, restricted to those cells.
+// list of (project, cell_id) tuples, written twice) from their deduplicated
+// attempts: the cell_rates fragment keyed by project and cell id, the same
+// definition v_cell_scores computes live, restricted to those cells.
+//
+// The version of a summary is VersionBase plus the number of distinct
+// attempt events it was computed from: a recomputation that saw more of
+// the cell's attempts wins, whichever sink or host ran it and whatever its
+// clock said. Attempts only accumulate (a redelivery has the event id of
+// the row it repeats), so two recomputations that saw as many events saw
+// the same ones and wrote the same figures.
 var recomputeSQL = func() string {
 	rates, err := fragmentWhere("cell_rates", "project, cell_id", "(project, cell_id) IN ({cells})")
 	if err != nil {
@@ -35,13 +41,26 @@ SELECT
     r_pass_rate_final,
     r_mean_score,
     r_mean_score_final,
-    toUInt64({version}) AS c_version,
+    c_version,
     now() AS c_computed_at
 FROM
 (
 ` + rates + `
-)`
+) AS l1
+ALL INNER JOIN
+(
+    SELECT project, cell_id, toUInt64(` + strconv.FormatUint(VersionBase, 10) + ` + uniqExact(event_id)) AS c_version
+    FROM {db}.task_attempts
+    WHERE (project, cell_id) IN ({cells})
+    GROUP BY project, cell_id
+) AS r1 USING (project, cell_id)`
 }()
+
+// VersionBase is added to the count of events a cell_scores summary was
+// computed from to make its _version (2^62): above the wall-clock versions
+// (unix nanoseconds, about 1.8e18) that earlier releases wrote, so that
+// their summaries lose to the first recomputation after an upgrade.
+const VersionBase uint64 = 1 << 62
 
 // CellKey identifies a cell: two projects that use one cell id have two
 // cells (0004_project_keys.sql).
@@ -66,12 +85,10 @@ func RecomputeCells(ctx context.Context, s Session, database string, cells []Cel
 		return ErrNoDatabase
 	}
 	q := QuoteIdent(database)
-	for _, lits := range recomputeChunks(uniqueTuples(cells), len(recomputeSQL)+len(q)+64) {
-		// The version is taken before the statement reads: a recomputation
-		// that started later (and so saw at least as many rows) wins.
+	// The list of cells appears twice in the statement.
+	for _, lits := range recomputeChunks(uniqueTuples(cells), len(recomputeSQL)+2*len(q)+64, 2) {
 		// One pass over the template: a cell id holding "{db}" stays as it is.
-		stmt := strings.NewReplacer(DBPlaceholder, q, "{version}", strconv.FormatInt(time.Now().UnixNano(), 10),
-			"{cells}", strings.Join(lits, ", ")).Replace(recomputeSQL)
+		stmt := strings.NewReplacer(DBPlaceholder, q, "{cells}", strings.Join(lits, ", ")).Replace(recomputeSQL)
 		if err := s.Exec(ctx, stmt); err != nil {
 			return &RecomputeError{Cells: len(lits), Err: err}
 		}
@@ -92,7 +109,7 @@ func RecomputeCellScores(ctx context.Context, s Session, database string, cellID
 		return nil
 	}
 	var keys []CellKey
-	for _, chunk := range recomputeChunks(quoteAll(ids), 256) {
+	for _, chunk := range recomputeChunks(quoteAll(ids), 256, 1) {
 		_, rows, err := s.QueryStrings(ctx, "SELECT DISTINCT project, cell_id FROM "+QuoteIdent(database)+
 			".task_attempts WHERE cell_id IN ("+strings.Join(chunk, ", ")+")")
 		if err != nil {
@@ -141,22 +158,23 @@ func uniqueTuples(cells []CellKey) []string {
 }
 
 // recomputeChunks groups literals so that each group, joined with ", "
-// into a template of fixed bytes, stays within MaxStatementBytes and
-// RecomputeChunk; literals that fit in no group are dropped.
-func recomputeChunks(lits []string, fixed int) [][]string {
+// and written copies times into a template of fixed bytes, stays within
+// MaxStatementBytes and RecomputeChunk; literals that fit in no group are
+// dropped.
+func recomputeChunks(lits []string, fixed, copies int) [][]string {
 	var out [][]string
 	var cur []string
 	size := fixed
 	for _, lit := range lits {
-		if fixed+len(lit) > MaxStatementBytes {
+		if fixed+copies*len(lit) > MaxStatementBytes {
 			continue
 		}
-		if len(cur) > 0 && (size+2+len(lit) > MaxStatementBytes || len(cur) == RecomputeChunk) {
+		if len(cur) > 0 && (size+copies*(2+len(lit)) > MaxStatementBytes || len(cur) == RecomputeChunk) {
 			out = append(out, cur)
 			cur, size = nil, fixed
 		}
 		cur = append(cur, lit)
-		size += 2 + len(lit)
+		size += copies * (2 + len(lit))
 	}
 	if len(cur) > 0 {
 		out = append(out, cur)

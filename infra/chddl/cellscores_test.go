@@ -45,7 +45,7 @@ func TestCellScoresMatchLiveViewsAndStayExactOnRedelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Append("p", "A1_E3", uint64(99), 1.0, 2.0, 3.0, 4.0, uint64(time.Now().Add(time.Hour).UnixNano())); err != nil {
+	if err := b.Append("p", "A1_E3", uint64(99), 1.0, 2.0, 3.0, 4.0, uint64(1<<63)); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Send(); err != nil {

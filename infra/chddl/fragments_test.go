@@ -44,7 +44,7 @@ func TestOneCopyOfThePassRate(t *testing.T) {
 			t.Errorf("%s: a fragment reference survived expansion", f.Name)
 		}
 	}
-	if !strings.Contains(recomputeSQL, def) || strings.Count(recomputeSQL, "{cells}") != 1 {
+	if !strings.Contains(recomputeSQL, def) || strings.Count(recomputeSQL, "{cells}") != 2 { // the rates and the version
 		t.Fatalf("recompute statement:\n%s", recomputeSQL)
 	}
 }
