@@ -108,6 +108,9 @@ func waitProcessed(ctx context.Context, conn driver.Conn, campaign string, want 
 	}
 }
 
+// countRows counts a campaign's deduplicated rows. The queries hold on a
+// single server and through a cluster's Distributed tables alike (GLOBAL
+// IN: the subquery runs once, where the query is asked).
 func countRows(ctx context.Context, conn driver.Conn, campaign string) (DemoCounts, error) {
 	var c DemoCounts
 	q := func(dst *int, query string) error {
@@ -118,7 +121,7 @@ func countRows(ctx context.Context, conn driver.Conn, campaign string) (DemoCoun
 		*dst = int(n)
 		return nil
 	}
-	if err := q(&c.Attempts, "SELECT count() FROM (SELECT event_id FROM task_attempts FINAL WHERE cell_id IN (SELECT cell_id FROM cells FINAL WHERE kind = 'started' AND campaign_id = ?))"); err != nil {
+	if err := q(&c.Attempts, "SELECT count() FROM (SELECT event_id FROM task_attempts FINAL WHERE cell_id GLOBAL IN (SELECT cell_id FROM cells FINAL WHERE kind = 'started' AND campaign_id = ?))"); err != nil {
 		return c, err
 	}
 	if err := q(&c.Samples, "SELECT count() FROM labeled_samples FINAL WHERE campaign_id = ?"); err != nil {
@@ -127,7 +130,7 @@ func countRows(ctx context.Context, conn driver.Conn, campaign string) (DemoCoun
 	if err := q(&c.Rounds, "SELECT count() FROM round_metrics FINAL WHERE campaign_id = ?"); err != nil {
 		return c, err
 	}
-	if err := q(&c.Cells, "SELECT count() FROM cells FINAL WHERE kind = 'finished' AND cell_id IN (SELECT cell_id FROM cells FINAL WHERE kind = 'started' AND campaign_id = ?)"); err != nil {
+	if err := q(&c.Cells, "SELECT count() FROM cells FINAL WHERE kind = 'finished' AND cell_id GLOBAL IN (SELECT cell_id FROM cells FINAL WHERE kind = 'started' AND campaign_id = ?)"); err != nil {
 		return c, err
 	}
 	return c, nil

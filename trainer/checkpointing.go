@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -48,7 +49,7 @@ func (t *Trainer) restore(ctx context.Context) error {
 	}
 	t.metrics.step.Set(float64(t.step))
 	// Rows of steps after the checkpoint describe work the restart discards.
-	if err := t.ch.Exec(ctx, "ALTER TABLE trainer_steps DELETE WHERE trainer = ? AND step > ?", t.cfg.Name, uint64(t.step)); err != nil {
+	if err := t.ch.Exec(ctx, forgetStepsSQL(t.cfg.Database, t.cfg.Cluster), t.cfg.Name, uint64(t.step)); err != nil {
 		return fmt.Errorf("delete trainer_steps rows after step %d: %w", t.step, err)
 	}
 	if ck != nil {
@@ -57,6 +58,18 @@ func (t *Trainer) restore(ctx context.Context) error {
 	t.lastCkpt = time.Now()
 	t.restoreDone.Store(true)
 	return nil
+}
+
+// forgetStepsSQL deletes a trainer's trainer_steps rows after a step: on a
+// single server from the table; on a cluster from the replicated local
+// table under the Distributed one, ON CLUSTER (a Distributed table takes no
+// ALTER ... DELETE; the mutation replicates to the shard's replicas).
+func forgetStepsSQL(database, cluster string) string {
+	if cluster == "" {
+		return "ALTER TABLE trainer_steps DELETE WHERE trainer = ? AND step > ?"
+	}
+	return "ALTER TABLE " + chddl.QuoteIdent(database) + ".trainer_steps" + chddl.LocalSuffix + " ON CLUSTER " + cluster +
+		" DELETE WHERE trainer = ? AND step > ?"
 }
 
 // housekeeping flushes rows when due and checkpoints when due (or when final

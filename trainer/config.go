@@ -17,6 +17,12 @@ type Config struct {
 	ClickHouse string
 	// Database holds trainer_steps. Default: harnessflow.
 	Database string
+	// Cluster names the ClickHouse cluster (remote_servers) whose
+	// Distributed trainer_steps table receives the rows: migrations run ON
+	// CLUSTER, inserts return once stored on their shard, and the rows of
+	// steps after a restored checkpoint are deleted from the replicated
+	// local table on every node. Default: "" (a single server).
+	Cluster string
 	// Group is the Kafka consumer group. Default: hf-trainer.
 	Group string
 	// Name identifies this trainer in trainer_steps rows and model versions.

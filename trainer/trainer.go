@@ -223,17 +223,26 @@ func (t *Trainer) Run(ctx context.Context) error {
 // date, as under `harnessflow up`, which migrates first) and opens the
 // trainer's connection to it.
 func (t *Trainer) openClickHouse(ctx context.Context) error {
-	admin, err := chx.Open(ctx, t.cfg.ClickHouse, "")
+	var opts []chx.OpenOption
+	if t.cfg.Cluster != "" {
+		opts = append(opts, chx.Cluster())
+	}
+	admin, err := chx.Open(ctx, t.cfg.ClickHouse, "", opts...)
 	if err != nil {
 		return err
 	}
-	res, err := chddl.Migrate(ctx, chx.Session(admin), t.cfg.Database)
+	var res chddl.Result
+	if t.cfg.Cluster != "" {
+		res, err = chddl.MigrateCluster(ctx, chx.Session(admin), t.cfg.Database, t.cfg.Cluster)
+	} else {
+		res, err = chddl.Migrate(ctx, chx.Session(admin), t.cfg.Database)
+	}
 	admin.Close()
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", t.cfg.Database, err)
 	}
 	res.Log(t.log, t.cfg.Database)
-	t.ch, err = chx.Open(ctx, t.cfg.ClickHouse, t.cfg.Database)
+	t.ch, err = chx.Open(ctx, t.cfg.ClickHouse, t.cfg.Database, opts...)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 func init() { register(newSinkCmd) }
 
 func newSinkCmd() *cobra.Command {
-	var brokers, addr, database, group, listen string
+	var brokers, addr, database, group, listen, cluster string
 	var maxRows, maxBytes int
 	var maxAge time.Duration
 	cmd := &cobra.Command{
@@ -40,14 +40,22 @@ messages become rows of rejected_events (stage decode).
 It applies the schema migrations at start, serves /metrics, /healthz and /readyz
 on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits. /healthz
 answers 200 while the process runs; /readyz answers 503 naming what is
-unreachable while no Kafka broker or ClickHouse answers.`,
-		Example: "  harnessflow sink --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000",
-		Args:    cobra.NoArgs,
+unreachable while no Kafka broker or ClickHouse answers.
+
+With --cluster NAME it writes to a ClickHouse cluster (NAME as in the
+servers' remote_servers): migrations run ON CLUSTER and rows go through the
+Distributed tables, sharded so that a cell's rows stay on one shard; each
+insert returns once its rows are stored on their shards, and only then are
+offsets committed. --clickhouse may list several nodes (host:port,host:port):
+the sink uses the first that answers.`,
+		Example: `  harnessflow sink --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000
+  harnessflow sink --cluster hf --clickhouse ch-s1r1:9000,ch-s1r2:9000`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := obs.NewLogger("sink")
 			reg := obs.NewRegistry()
 			s, err := chsink.New(chsink.Config{
-				Brokers: kafkax.ParseBrokers(brokers), ClickHouse: addr, Database: database, Group: group,
+				Brokers: kafkax.ParseBrokers(brokers), ClickHouse: addr, Database: database, Cluster: cluster, Group: group,
 				MaxRows: maxRows, MaxBytes: maxBytes, MaxAge: maxAge,
 			}, chsink.WithLogger(log), chsink.WithRegisterer(reg))
 			if err != nil {
@@ -76,6 +84,7 @@ unreachable while no Kafka broker or ClickHouse answers.`,
 	cmd.Flags().StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
 	cmd.Flags().StringVar(&addr, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol host:port")
 	cmd.Flags().StringVar(&database, "database", d.Database, "ClickHouse database")
+	cmd.Flags().StringVar(&cluster, "cluster", d.Cluster, "ClickHouse cluster name (remote_servers) to write to through its Distributed tables; empty for a single server")
 	cmd.Flags().StringVar(&group, "group", d.Group, "Kafka consumer group")
 	cmd.Flags().StringVar(&listen, "listen", obs.DefaultListen, "host:port for /metrics, /healthz and /readyz")
 	cmd.Flags().IntVar(&maxRows, "max-rows", d.MaxRows, "rows per insert at most (per table)")

@@ -78,6 +78,7 @@ Kafka broker or ClickHouse answers.`,
 	f.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, comma-separated")
 	f.StringVar(&cfg.ClickHouse, "clickhouse", chx.DefaultAddr, "ClickHouse native-protocol host:port (trainer_steps)")
 	f.StringVar(&cfg.Database, "database", d.Database, "ClickHouse database")
+	f.StringVar(&cfg.Cluster, "cluster", d.Cluster, "ClickHouse cluster name (remote_servers) whose Distributed trainer_steps to write; empty for a single server")
 	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "directory for checkpoints (required)")
 	f.StringVar(&cfg.Listen, "listen", d.Listen, "HTTP address for /v1/score, /healthz, /readyz, /metrics (off disables)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate file: with --tls-key, the HTTP API serves HTTPS only")

@@ -23,6 +23,12 @@ type Config struct {
 	ClickHouse string
 	// Database receives the rows. Default: "harnessflow".
 	Database string
+	// Cluster names the ClickHouse cluster (its remote_servers name) whose
+	// Distributed tables receive the rows: migrations run ON CLUSTER
+	// (chddl.MigrateCluster) and every insert returns only once its rows are
+	// stored on their shards (chx.Cluster), before offsets are committed.
+	// Default: "" (a single server).
+	Cluster string
 	// Group is the Kafka consumer group. Default: "hf-sink".
 	Group string
 	// Topics to consume. Default: every topic of infra/kafkatopics but hf.outcomes

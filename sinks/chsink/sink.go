@@ -234,12 +234,22 @@ func (s *Sink) openClickHouse(ctx context.Context) (driver.Conn, error) {
 	if s.w != nil && s.cfg.SkipMigrate {
 		return nil, nil
 	}
-	conn, err := chx.Open(ctx, s.cfg.ClickHouse, "")
+	var opts []chx.OpenOption
+	if s.cfg.Cluster != "" {
+		opts = append(opts, chx.Cluster())
+	}
+	conn, err := chx.Open(ctx, s.cfg.ClickHouse, "", opts...)
 	if err != nil {
 		return nil, err
 	}
 	if !s.cfg.SkipMigrate {
-		res, err := chddl.Migrate(ctx, chx.Session(conn), s.cfg.Database)
+		migrate := chddl.Migrate
+		if s.cfg.Cluster != "" {
+			migrate = func(ctx context.Context, se chddl.Session, db string) (chddl.Result, error) {
+				return chddl.MigrateCluster(ctx, se, db, s.cfg.Cluster)
+			}
+		}
+		res, err := migrate(ctx, chx.Session(conn), s.cfg.Database)
 		if err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("migrate %s: %w", s.cfg.Database, err)

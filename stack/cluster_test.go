@@ -1,0 +1,266 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/rs/zerolog"
+
+	"github.com/harnessflow/harnessflow/infra/chddl"
+	"github.com/harnessflow/harnessflow/internal/chcluster"
+	"github.com/harnessflow/harnessflow/internal/chdb"
+	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/processors"
+	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/sim"
+	"github.com/harnessflow/harnessflow/sinks/chsink"
+	"github.com/harnessflow/harnessflow/sinks/report"
+)
+
+// clusterTables are the tables a processed campaign fills.
+var clusterTables = []string{"campaigns", "cells", "task_attempts", "skill_events", "harness_updates",
+	"adherence_judgments", "labeled_samples", "round_metrics", "cell_scores"}
+
+// clusterViews are the analyst views (DESIGN.md §5).
+var clusterViews = []string{"v_cell_scores", "v_pair_gain", "v_update_gain", "v_benefit_gain",
+	"v_skill_activation", "v_adherence", "v_round_stability", "v_label_summary"}
+
+// TestClusterMatchesSingleServer runs one simulated campaign through the
+// processors into a single ClickHouse server (one sink) and into a
+// 2-shard × 2-replica cluster (two sinks of one group, each writing through
+// a node of its own shard), SIGKILLs a replica while the rows arrive and
+// restarts it, and then requires, read through a replica of each shard:
+// every table's rows once (FINAL through the Distributed table), every view
+// and the campaign's report equal to the single server's.
+func TestClusterMatchesSingleServer(t *testing.T) {
+	start := time.Now()
+	cl := testenv.ClickHouseCluster(t)
+	single := testenv.ClickHouse(t)
+	kb := testenv.Kafka(t)
+	brokers := []string{kb.Addr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	t.Logf("cluster, server and broker up in %s", time.Since(start).Round(time.Millisecond))
+
+	const db = "hf_cluster"
+	s1r1, s1r2, s2r1, s2r2 := cl.Node(1, 1), cl.Node(1, 2), cl.Node(2, 1), cl.Node(2, 2)
+	// Migrate through one node, then again through another: nothing to do.
+	res := migrateCluster(ctx, t, s2r2, db, cl.Name())
+	if len(res.Applied) != len(chddl.Files()) {
+		t.Fatalf("first migrate applied %v", res.Applied)
+	}
+	if again := migrateCluster(ctx, t, s1r1, db, cl.Name()); len(again.Applied) != 0 {
+		t.Fatalf("migrate again from another node applied %v", again.Applied)
+	}
+
+	run := func(name string, f func(context.Context) error) func() {
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- f(rctx) }()
+		return func() {
+			stop()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	}
+	proc, err := processors.New(processors.Config{Brokers: brokers}, processors.WithLogger(zerolog.Nop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopProc := run("processors", proc.Run)
+	defer stopProc()
+	sink := func(group, addr, database, cluster string) func() {
+		s, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: addr, Database: database, Cluster: cluster, Group: group,
+			MaxAge: 200 * time.Millisecond, RetryMaxInterval: 500 * time.Millisecond}, chsink.WithLogger(zerolog.Nop()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run("sink "+group+" "+addr, s.Run)
+	}
+	defer sink("hf-sink-single", single.Addr, single.Database, "")()
+	defer sink("hf-sink-cluster", s1r1.Addr()+","+s1r2.Addr(), db, cl.Name())()
+	defer sink("hf-sink-cluster", s2r1.Addr()+","+s2r2.Addr(), db, cl.Name())()
+
+	cfg := demoConfig()
+	want := CountDemo(generate(t, cfg))
+	p, err := producers.New(producers.Config{Brokers: brokers, Source: "simulate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Run(ctx, cfg, p, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A replica that one sink writes through dies while rows arrive, and
+	// comes back on its data: its shard's other replica takes the writes
+	// and it catches up from ZooKeeper's replication log.
+	reader := openNode(ctx, t, s2r2, db)
+	testenv.Eventually(t, 2*time.Minute, "a third of the attempts in the cluster", func() bool {
+		got, err := countRows(ctx, reader, cfg.Campaign)
+		return err == nil && got.Attempts >= want.Attempts/3
+	})
+	cl.KillNode(s1r1)
+	t.Logf("killed replica %s at %s", s1r1.Name(), time.Since(start).Round(time.Millisecond))
+	time.Sleep(3 * time.Second) // the replica stays down while rows arrive
+	if err := cl.StartNode(ctx, s1r1); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		conn driver.Conn
+	}{{"single server", single.Conn}, {"cluster", reader}} {
+		testenv.Eventually(t, 4*time.Minute, c.name+" holds the whole campaign", func() bool {
+			got, err := countRows(ctx, c.conn, cfg.Campaign)
+			return err == nil && got.Attempts >= want.Attempts && got.Samples >= want.Samples && got.Rounds >= want.Rounds && got.Cells >= want.Cells
+		})
+	}
+	// Every sink has written and recomputed what it consumed: stop them
+	// (the deferred stops are then no-ops), and let every replica catch up.
+	t.Logf("campaign in both at %s", time.Since(start).Round(time.Millisecond))
+	syncReplicas(ctx, t, cl, db)
+
+	readers := []*chcluster.Node{s1r2, s2r2, s1r1}
+	for _, tbl := range clusterTables {
+		q := "SELECT count() AS rows, uniqExact(" + keyOf(tbl) + ") AS keys FROM " + tbl + " FINAL"
+		ref := httpQuery(ctx, t, single.Server.HTTPAddr(), single.Database, q)
+		if ref.Rows[0][0] == "0" {
+			t.Errorf("%s: empty on the single server", tbl)
+		}
+		if ref.Rows[0][0] != ref.Rows[0][1] {
+			t.Errorf("%s on the single server: %v rows for %v keys", tbl, ref.Rows[0][0], ref.Rows[0][1])
+		}
+		for _, nd := range readers {
+			got := httpQuery(ctx, t, nd.HTTPAddr(), db, q)
+			if d := testenv.Diff(ref, got, true); d != "" {
+				t.Errorf("%s through %s: %s", tbl, nd.Name(), d)
+			}
+		}
+	}
+	for _, v := range clusterViews {
+		ref := httpQuery(ctx, t, single.Server.HTTPAddr(), single.Database, "SELECT * FROM "+v)
+		if len(ref.Rows) == 0 {
+			t.Errorf("%s: empty on the single server", v)
+		}
+		for _, nd := range readers {
+			if d := testenv.Diff(ref, httpQuery(ctx, t, nd.HTTPAddr(), db, "SELECT * FROM "+v), false); d != "" {
+				t.Errorf("%s through %s: %s", v, nd.Name(), d)
+			}
+		}
+	}
+	refReport, err := report.Build(ctx, single.Conn, "", cfg.Campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range []*chcluster.Node{s1r2, s2r1} {
+		conn := openNode(ctx, t, nd, db)
+		r, err := report.Build(ctx, conn, "", cfg.Campaign)
+		if err != nil {
+			t.Fatalf("report through %s: %v", nd.Name(), err)
+		}
+		if d := testenv.DiffJSON(refReport, r); d != "" {
+			t.Errorf("report through %s differs from the single server's: %s", nd.Name(), d)
+		}
+	}
+	// The rows are sharded: each shard holds part of every event table.
+	for _, nd := range []*chcluster.Node{s1r1, s2r1} {
+		r := httpQuery(ctx, t, nd.HTTPAddr(), db, "SELECT count() FROM task_attempts_local")
+		if r.Rows[0][0] == "0" {
+			t.Errorf("shard %d holds no task_attempts", nd.Shard)
+		}
+	}
+	t.Logf("done in %s", time.Since(start).Round(time.Millisecond))
+}
+
+// keyOf is the column that identifies a table's rows: one deduplicated row
+// per value.
+func keyOf(table string) string {
+	if table == "cell_scores" {
+		return "(project, cell_id)"
+	}
+	return "event_id"
+}
+
+func migrateCluster(ctx context.Context, t *testing.T, nd *chcluster.Node, db, cluster string) chddl.Result {
+	t.Helper()
+	conn, err := chx.Open(ctx, nd.Addr(), "", chx.Cluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	res, err := chddl.MigrateCluster(ctx, chx.Session(conn), db, cluster)
+	if err != nil {
+		t.Fatalf("migrate --cluster through %s: %v", nd.Name(), err)
+	}
+	return res
+}
+
+func openNode(ctx context.Context, t *testing.T, nd *chcluster.Node, db string) driver.Conn {
+	t.Helper()
+	conn, err := chx.Open(ctx, nd.Addr(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// syncReplicas waits until every replica of every local table has fetched
+// what its shard holds (SYSTEM SYNC REPLICA).
+func syncReplicas(ctx context.Context, t *testing.T, cl *chcluster.Cluster, db string) {
+	t.Helper()
+	for _, nd := range cl.Nodes() {
+		for _, tbl := range append(clusterTables, "schema_migrations") {
+			name := tbl + chddl.LocalSuffix
+			if tbl == "schema_migrations" {
+				name = tbl
+			}
+			httpQuery(ctx, t, nd.HTTPAddr(), db, "SYSTEM SYNC REPLICA "+chddl.QuoteIdent(db)+"."+name)
+		}
+	}
+}
+
+// httpQuery runs query on the server at addr over HTTP with db as the
+// default database and returns its TSVWithNames answer (the form
+// testenv.Diff compares).
+func httpQuery(ctx context.Context, t *testing.T, addr, db, query string) testenv.Result {
+	t.Helper()
+	q := query
+	if !strings.HasPrefix(q, "SYSTEM ") {
+		q += "\nFORMAT TSVWithNames"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/?database="+url.QueryEscape(db), strings.NewReader(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", query, addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s on %s: HTTP %d %s %v", query, addr, resp.StatusCode, body, err)
+	}
+	var r testenv.Result
+	if strings.HasPrefix(q, "SYSTEM ") {
+		return r
+	}
+	if r.Cols, r.Rows, err = chdb.ParseTSVWithNames(body); err != nil {
+		t.Fatal(fmt.Errorf("%s on %s: %w", query, addr, err))
+	}
+	return r
+}
