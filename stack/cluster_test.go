@@ -24,6 +24,7 @@ import (
 	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 	"github.com/harnessflow/harnessflow/sinks/report"
+	"github.com/harnessflow/harnessflow/trainer"
 )
 
 // clusterTables are the tables a processed campaign fills.
@@ -182,6 +183,47 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 			t.Errorf("shard %d holds no task_attempts", nd.Shard)
 		}
 	}
+
+	// The trainer on the cluster: its steps go through the Distributed
+	// table; restarted from its checkpoint, it forgets the steps after it
+	// on both replicas of their shard.
+	ckDir := t.TempDir()
+	train := func() func() {
+		tr, err := trainer.New(trainer.Config{Brokers: brokers, ClickHouse: s2r1.Addr() + "," + s2r2.Addr(), Database: db,
+			Cluster: cl.Name(), CheckpointDir: ckDir, Device: "cpu", Listen: "off"}, trainer.WithLogger(zerolog.Nop()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run("trainer", tr.Run)
+	}
+	stopTrainer := train()
+	steps := func(nd *chcluster.Node, from string) string {
+		return httpQuery(ctx, t, nd.HTTPAddr(), db, "SELECT count() FROM "+from+" FINAL WHERE trainer = 'hf-trainer'").Rows[0][0]
+	}
+	testenv.Eventually(t, 2*time.Minute, "trainer_steps rows through the cluster", func() bool { return steps(s1r2, "trainer_steps") != "0" })
+	stopTrainer() // writes its final checkpoint
+	real := steps(s1r2, "trainer_steps")
+	httpQuery(ctx, t, s1r1.HTTPAddr(), db, "INSERT INTO trainer_steps (trainer, step, written_at) SELECT 'hf-trainer', 1000000 + number, now() FROM numbers(3)")
+	// Read back through another node: the replica it asks may take a
+	// moment to fetch the rows from the one that stored them.
+	var before string
+	testenv.Eventually(t, 30*time.Second, "the inserted steps through another node", func() bool {
+		before = steps(s1r2, "trainer_steps")
+		return before != real
+	})
+	stopTrainer = train()
+	defer stopTrainer()
+	testenv.Eventually(t, time.Minute, "the steps after the checkpoint forgotten on every replica", func() bool {
+		for _, nd := range cl.Nodes() {
+			if httpQuery(ctx, t, nd.HTTPAddr(), db, "SELECT count() FROM trainer_steps_local WHERE step >= 1000000").Rows[0][0] != "0" {
+				return false
+			}
+		}
+		return true
+	})
+	if after := steps(s1r2, "trainer_steps"); real == "0" || after != real || before == real {
+		t.Errorf("trainer_steps through the cluster: %s rows, %s with 3 past the checkpoint before the restart, %s after", real, before, after)
+	}
 	t.Logf("done in %s", time.Since(start).Round(time.Millisecond))
 }
 
@@ -234,15 +276,16 @@ func syncReplicas(ctx context.Context, t *testing.T, cl *chcluster.Cluster, db s
 }
 
 // httpQuery runs query on the server at addr over HTTP with db as the
-// default database and returns its TSVWithNames answer (the form
-// testenv.Diff compares).
+// default database and returns a SELECT's TSVWithNames answer (the form
+// testenv.Diff compares); other statements return nothing.
 func httpQuery(ctx context.Context, t *testing.T, addr, db, query string) testenv.Result {
 	t.Helper()
-	q := query
-	if !strings.HasPrefix(q, "SYSTEM ") {
+	q, isSelect := query, strings.HasPrefix(query, "SELECT ")
+	if isSelect {
 		q += "\nFORMAT TSVWithNames"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/?database="+url.QueryEscape(db), strings.NewReader(q))
+	// Inserts through a Distributed table return once stored, as the sink's.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/?insert_distributed_sync=1&database="+url.QueryEscape(db), strings.NewReader(q))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +299,7 @@ func httpQuery(ctx context.Context, t *testing.T, addr, db, query string) testen
 		t.Fatalf("%s on %s: HTTP %d %s %v", query, addr, resp.StatusCode, body, err)
 	}
 	var r testenv.Result
-	if strings.HasPrefix(q, "SYSTEM ") {
+	if !isSelect {
 		return r
 	}
 	if r.Cols, r.Rows, err = chdb.ParseTSVWithNames(body); err != nil {
