@@ -933,9 +933,9 @@ const clusterFlag = "hf"
 // interserver HTTP; <zookeeper> names the Keeper service on the port its
 // config serves; the DDL queue has a path; the inter-server secret comes
 // from a secret every server mounts. The harnessflow services run
-// docker-compose.yml's commands plus --cluster hf, the ones that reach
-// ClickHouse reach a server of the cluster, and the two sinks write through
-// different shards.
+// docker-compose.yml's commands, plus --cluster hf for those that reach
+// ClickHouse (migrate, sinks, trainer), which reach a server of the
+// cluster; the two sinks write through different shards.
 func TestComposeCluster(t *testing.T) {
 	single := loadCompose(t, composeShapes[0])
 	c := loadCompose(t, composeShapes[1])
@@ -1068,11 +1068,11 @@ func TestComposeCluster(t *testing.T) {
 	for name, s := range hfServices(c) {
 		cmd, err := parseCommand(s)
 		if err != nil {
-			t.Errorf("%s: %q: %v (the cluster shape needs --cluster on migrate, sink, train and process)", name, s.Command, err)
+			t.Errorf("%s: %q: %v (the cluster shape needs --cluster on migrate, sink and train)", name, s.Command, err)
 			continue
 		}
 		switch cmd.Name() {
-		case "migrate", "sink", "train", "process":
+		case "migrate", "sink", "train": // the ClickHouse clients; the processors touch only Kafka
 			if v, _ := cmd.Flags().GetString("cluster"); v != clusterFlag {
 				t.Errorf("%s: --cluster %q, want %s", name, v, clusterFlag)
 			}
