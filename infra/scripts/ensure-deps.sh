@@ -2,7 +2,9 @@
 # Installs what harnessflow's local runs and tests need when it is missing:
 # Debian's clickhouse-server (and client), and with --test also chromium (the
 # HTML report's render test), Debian's prometheus (promtool and prometheus,
-# for infra/prometheus's and infra/grafana's tests) and chDB, ClickHouse 26.7
+# for infra/prometheus's and infra/grafana's tests), Debian's zookeeper
+# (with its Java runtime: the ClickHouse cluster test, internal/chcluster)
+# and chDB, ClickHouse 26.7
 # as a library that the tests load in-process (internal/chdb; npm's
 # @chdb/lib-linux-x64-gnu into the user's cache, Debian's npm first if there
 # is no npm). Used by `make test`, `make demo` and .ci/run. Without root it
@@ -25,6 +27,7 @@ need_chdb=0
 if [ "${1:-}" = "--test" ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
   { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || missing+=(prometheus)
+  { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; } || missing+=(zookeeper)
   # HF_CHDB_LIBRARY names a libchdb.so of the user's own; else the pinned
   # version must be in the cache (an older one there is replaced).
   if [ -z "${HF_CHDB_LIBRARY:-}" ] &&
@@ -65,6 +68,7 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 if command -v service >/dev/null 2>&1; then
   service clickhouse-server stop >/dev/null 2>&1 || true
   service prometheus stop >/dev/null 2>&1 || true
+  service zookeeper stop >/dev/null 2>&1 || true
 fi
 if [ "$need_chdb" = 1 ]; then install_chdb; fi
 exit 0
