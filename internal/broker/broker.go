@@ -1,8 +1,8 @@
 // Package broker runs harnessflow's embedded Kafka-protocol broker
-// (franz-go's kfake, one node, optionally persisted to a directory) for
-// `harnessflow up`, `harnessflow broker`, the benches and the tests, with a
-// session watch that evicts silent group members as Kafka does, and helpers
-// to inject faults into its requests.
+// (franz-go's kfake, one node unless Config.Brokers asks more, optionally
+// persisted to a directory) for `harnessflow up`, `harnessflow broker`, the
+// benches and the tests, with a session watch that evicts silent group
+// members as Kafka does, and helpers to inject faults into its requests.
 package broker
 
 import (
