@@ -72,6 +72,16 @@ func (n *Node) Name() string { return fmt.Sprintf("s%dr%d", n.Shard, n.Replica) 
 // DataDir is the node's folder.
 func (n *Node) DataDir() string { return n.cfg.DataDir }
 
+// Pid is the node's server process id (0 when it is not running).
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv == nil {
+		return 0
+	}
+	return n.srv.Pid()
+}
+
 // Running reports whether the node's server process runs.
 func (n *Node) Running() bool {
 	n.mu.Lock()
