@@ -62,7 +62,7 @@ func startBroker(t *testing.T) string {
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}); err != nil {
+	if err := kafkax.EnsureAllTopics(ctx, []string{b.Addr()}, b.TopicOption()); err != nil {
 		t.Fatal(err)
 	}
 	return b.Addr()
