@@ -72,8 +72,8 @@ func (t *Trainer) serveOn(ctx context.Context, ln net.Listener) error {
 	return obs.ServeServer(ctx, ln, srv, 5*time.Second)
 }
 
-// Handler returns the trainer's HTTP handler: /v1/score (behind the bearer
-// token when one is configured), /metrics, /healthz (liveness: 200 while
+// Handler returns the trainer's HTTP handler: /v1/score and /v1/rewards
+// (behind the bearer token when one is configured), /metrics, /healthz (liveness: 200 while
 // the process serves) and /readyz (503 until Ready, while the checkpoint is
 // restored, and while no Kafka broker or ClickHouse answers).
 func (t *Trainer) Handler() http.Handler {
@@ -95,6 +95,7 @@ func (t *Trainer) Handler() http.Handler {
 			return ch.Ping(ctx)
 		}))
 	mux.Handle("/v1/score", t.requireScoreToken(http.HandlerFunc(t.handleScore)))
+	mux.Handle("/v1/rewards", t.requireScoreToken(http.HandlerFunc(t.handleRewards)))
 	return mux
 }
 

@@ -25,7 +25,7 @@ import (
 
 // httpTrainer builds a trainer on the CPU (no network I/O) with cfg's HTTP
 // settings.
-func httpTrainer(t *testing.T, cfg Config) (*Trainer, error) {
+func httpTrainer(t testing.TB, cfg Config) (*Trainer, error) {
 	t.Helper()
 	if len(cfg.Brokers) == 0 {
 		cfg.Brokers = []string{"127.0.0.1:1"}
