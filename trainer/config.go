@@ -46,20 +46,20 @@ type Config struct {
 	BatchAge time.Duration
 	// Device is auto, cpu or cuda. Default: auto.
 	Device string
-	// Listen is the HTTP address for /v1/score, /healthz, /metrics; "off"
-	// disables it. Default: 127.0.0.1:8090.
+	// Listen is the HTTP address for /v1/score, /v1/rewards, /healthz,
+	// /metrics; "off" disables it. Default: 127.0.0.1:8090.
 	Listen string
 	// TLSCert and TLSKey are PEM files of a certificate (chain) and its
 	// key: with both, the HTTP API serves HTTPS only. Default: "" (plain
 	// HTTP).
 	TLSCert, TLSKey string
-	// ScoreTokenFile holds the bearer token POST /v1/score requires (its
-	// first line; a file readable by group or others is refused). /metrics,
-	// /healthz and /readyz stay open. Default: "" (no token unless
-	// ScoreToken is set).
+	// ScoreTokenFile holds the bearer token POST /v1/score and POST
+	// /v1/rewards require (its first line; a file readable by group or
+	// others is refused). /metrics, /healthz and /readyz stay open.
+	// Default: "" (no token unless ScoreToken is set).
 	ScoreTokenFile string
-	// ScoreToken is the bearer token /v1/score requires, given directly;
-	// ScoreTokenFile's takes precedence. Default: "" (open).
+	// ScoreToken is the bearer token /v1/score and /v1/rewards require,
+	// given directly; ScoreTokenFile's takes precedence. Default: "" (open).
 	ScoreToken string
 	// Lambda weighs the std in reward = mean − λ·std. Default: 1.0 (0 means
 	// the default; use a tiny value for "almost no penalty").
