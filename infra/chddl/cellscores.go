@@ -22,11 +22,14 @@ const MaxStatementBytes = 128 << 10
 // definition v_cell_scores computes live, restricted to those cells.
 //
 // The version of a summary is VersionBase plus the number of distinct
-// attempt events it was computed from: a recomputation that saw more of
-// the cell's attempts wins, whichever sink or host ran it and whatever its
-// clock said. Attempts only accumulate (a redelivery has the event id of
-// the row it repeats), so two recomputations that saw as many events saw
-// the same ones and wrote the same figures.
+// attempt events it was computed from (distinct 64-bit hashes of their
+// event ids: exact unless two of a cell's ids collide, a chance of about
+// 3 in 10^12 for a cell of 10 000 events; cheaper than a set of the
+// strings): a recomputation that saw more of the cell's attempts wins,
+// whichever sink or host ran it and whatever its clock said. Attempts only
+// accumulate (a redelivery has the event id of the row it repeats), so two
+// recomputations that saw as many events saw the same ones and wrote the
+// same figures.
 var recomputeSQL = func() string {
 	rates, err := fragmentWhere("cell_rates", "project, cell_id", "(project, cell_id) IN ({cells})")
 	if err != nil {
@@ -49,7 +52,7 @@ FROM
 ) AS l1
 ALL INNER JOIN
 (
-    SELECT project, cell_id, toUInt64(` + strconv.FormatUint(VersionBase, 10) + ` + uniqExact(event_id)) AS c_version
+    SELECT project, cell_id, toUInt64(` + strconv.FormatUint(VersionBase, 10) + ` + uniqExact(cityHash64(event_id))) AS c_version
     FROM {db}.task_attempts
     WHERE (project, cell_id) IN ({cells})
     GROUP BY project, cell_id
