@@ -31,11 +31,14 @@ func newTrainCmd() *cobra.Command {
 		Long: `train consumes labeled samples from hf.samples (consumer group hf-trainer) without
 end, micro-batches them (--batch-size, or --batch-age for a partial batch) into AdamW
 steps of the reward model (effect mean and variance, label), writes a trainer_steps
-row per step to ClickHouse and an atomic checkpoint every --checkpoint-every steps or
+row per step to ClickHouse (with --cluster NAME through a ClickHouse cluster's
+Distributed tables) and an atomic checkpoint every --checkpoint-every steps or
 --checkpoint-interval, holding the Kafka offsets of the trained frontier: after a crash
 it resumes from the newest valid checkpoint, so no sample is lost or trained twice.
-POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std);
-with --score-token-file it requires "Authorization: Bearer TOKEN", and with
+POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std),
+and POST /v1/rewards scores a batch as a remote reward model (OpenRLHF's and
+LightRFT's protocol; trainer/README.md); with --score-token-file both require
+"Authorization: Bearer TOKEN", and with
 --tls-cert and --tls-key the API is served over HTTPS only. /healthz answers 200
 while the process runs; /readyz answers 503 naming what is unreachable while no
 Kafka broker or ClickHouse answers.`,
@@ -83,7 +86,7 @@ Kafka broker or ClickHouse answers.`,
 	f.StringVar(&cfg.Listen, "listen", d.Listen, "HTTP address for /v1/score, /healthz, /readyz, /metrics (off disables)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate file: with --tls-key, the HTTP API serves HTTPS only")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM key file of --tls-cert")
-	f.StringVar(&cfg.ScoreTokenFile, "score-token-file", "", "file whose first line is the bearer token POST /v1/score requires (mode 600; /metrics, /healthz and /readyz stay open; empty: /v1/score is open)")
+	f.StringVar(&cfg.ScoreTokenFile, "score-token-file", "", "file whose first line is the bearer token POST /v1/score and /v1/rewards require (mode 600; /metrics, /healthz and /readyz stay open; empty: both are open)")
 	f.StringVar(&cfg.Device, "device", d.Device, "compute backend: auto, cpu or cuda")
 	f.StringVar(&cfg.Group, "group", d.Group, "Kafka consumer group")
 	f.IntVar(&cfg.BatchSize, "batch-size", d.BatchSize, "samples per step")
