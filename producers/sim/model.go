@@ -53,13 +53,10 @@ var agents = map[string]agentModel{
 	"qwen35_9b": {base: map[string]float64{BenchSWE: 0.10, BenchMCP: 0.12, BenchSB: 0.07}, benefit: 0.040, slr: 0.25, multikey: 0.6, adhStart: 0.52, adhEnd: 0.13},
 }
 
-// evolverQuality is each evolver's near-constant update quality: a multiplier
-// of the agent's benefit. Flat across tiers (spread 0.06: about 1 pp on the
-// largest benefit), so a 9B evolver is as useful as the largest.
-var evolverQuality = map[string]float64{
-	"opus46": 1.02, "sonnet46": 1.01, "haiku45": 0.99, "qwen235b": 1.00,
-	"qwen32b": 0.97, "qwen35_9b": 0.98, "gptoss120b": 1.03,
-}
+// Evolvers have no quality of their own: an update's effect comes from its
+// content (content.go), and an evolver only tends to write some content more
+// than others (evolverStyle), at the same expected quality, so Δupdate is
+// flat across tiers and a 9B evolver is as useful as the largest.
 
 // benchmarkBenefit scales an agent's benefit per benchmark.
 var benchmarkBenefit = map[string]float64{BenchSWE: 1.0, BenchMCP: 0.6, BenchSB: 0.8}
@@ -72,7 +69,8 @@ const (
 	// roundNoise is the stddev of a round's shift of the pass probability.
 	roundNoise = 0.04
 	// updateNoise is the stddev of one update's increment relative to its
-	// mean: above 1/1.64 some updates are negative.
+	// mean (content quality and round noise together, content.go): above
+	// 1/1.64 some updates are negative.
 	updateNoise = 0.9
 	// taskReroll is the probability that a task's latent difficulty in a cell
 	// is redrawn instead of shared with the agent's other cells.

@@ -60,7 +60,23 @@ type Config struct {
 	// LabelEpsilon and LabelAlpha are declared with the campaign.
 	// Default: 0.02 and 0.05.
 	LabelEpsilon, LabelAlpha float64
+	// TextSignal makes each skill's text show the content that sets the
+	// update's effect (content.go). Off, the text is rendered from a second,
+	// independent draw of content, so it explains nothing of the effect,
+	// while effects keep the same distribution (the control). Default: true.
+	TextSignal *bool
+	// HeldOutWording renders every skill with the held-out phrasings,
+	// headings and list markers only (wording.go), never used otherwise: a
+	// campaign to test whether a model trained on ordinary wording
+	// generalises. Default: false.
+	HeldOutWording bool
 }
+
+// Bool returns a pointer to v, for Config.TextSignal.
+func Bool(v bool) *bool { return &v }
+
+// textSignal is TextSignal's value, true when unset.
+func (c Config) textSignal() bool { return c.TextSignal == nil || *c.TextSignal }
 
 // DefaultConfig is the configuration filled in for the fields left zero:
 // the campaign `harnessflow simulate` sends without flags.
@@ -107,6 +123,9 @@ func (c *Config) setDefaults() {
 	if c.LabelAlpha == 0 {
 		c.LabelAlpha = 0.05
 	}
+	if c.TextSignal == nil {
+		c.TextSignal = Bool(true)
+	}
 }
 
 // Validate reports every problem of the configuration (after defaults), joined;
@@ -136,7 +155,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, e := range append(slices.Clone(c.Evolvers), c.AnchorEvolvers...) {
-		if _, ok := evolverQuality[e]; !ok {
+		if _, ok := evolverStyle[e]; !ok {
 			errs = append(errs, fmt.Errorf("%w: evolver %q", ErrUnknownModel, e))
 		}
 	}
@@ -189,11 +208,16 @@ func (c Config) CellID(benchmark, agent, evolver string) string {
 // cell_finished. Event ids are schemas.DeriveEventID's. It stops at the first
 // error emit returns and returns it. Generate is safe for concurrent use.
 func Generate(cfg Config, emit func(schemas.Event) error) error {
+	return generate(cfg, emit, nil)
+}
+
+// generate is Generate with a trace of every update's latent draw.
+func generate(cfg Config, emit func(schemas.Event) error, trace func(updateTrace)) error {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	g := &gen{cfg: cfg, emit: emit, clock: Epoch.Add(time.Duration(cfg.Seed) * 24 * time.Hour)}
+	g := &gen{cfg: cfg, emit: emit, clock: Epoch.Add(time.Duration(cfg.Seed) * 24 * time.Hour), trace: trace}
 	if err := g.out(&schemas.CampaignDeclared{
 		CampaignID:     cfg.Campaign,
 		Benchmarks:     slices.Clone(cfg.Benchmarks),
@@ -224,6 +248,18 @@ type gen struct {
 	cfg   Config
 	emit  func(schemas.Event) error
 	clock time.Time
+	// trace, when set (tests), sees every update's latent draw.
+	trace func(updateTrace)
+}
+
+// updateTrace is an update's latent draw in its context, for tests.
+type updateTrace struct {
+	cellID, bm, agent, evolver string
+	cycle                      int
+	draw                       updateDraw
+	// meanInc is the cell's mean increment: the update's true effect on
+	// the success probability is meanInc × draw.mult.
+	meanInc float64
 }
 
 // out fills the envelope (time advances 250 ms per event) and emits.
@@ -300,12 +336,15 @@ func (g *gen) cell(bm, agent, evolver string, tasks []string) error {
 	}
 	// The harness: skills written so far (name -> spec) and the gain its
 	// updates have accumulated (probability points when a skill is loaded).
+	// An update's increment is the mean increment times its relative effect,
+	// set by its content's latent quality in this context plus round noise
+	// (content.go).
 	pool := skillPools[bm]
 	var skills []string
 	gain := 0.0
 	meanInc := 0.0
 	if evolver != "" && rounds > 1 {
-		meanInc = am.benefit * benchmarkBenefit[bm] * evolverQuality[evolver] / float64(rounds-1)
+		meanInc = am.benefit * benchmarkBenefit[bm] / float64(rounds-1)
 	}
 	var attempts int64
 	for cycle := 1; cycle <= rounds; cycle++ {
@@ -331,9 +370,12 @@ func (g *gen) cell(bm, agent, evolver string, tasks []string) error {
 		if evolver == "" || cycle == rounds {
 			continue
 		}
-		inc := meanInc * (1 + updateNoise*r.NormFloat64())
-		gain += inc
-		u := g.update(r, cellID, bm, evolver, cycle, pool, &skills, tasks[lo:hi], failed)
+		d := drawUpdate(cfg.Seed, cellID, cycle, bm, agent, evolver, cfg.textSignal())
+		gain += meanInc * d.mult
+		if g.trace != nil {
+			g.trace(updateTrace{cellID: cellID, bm: bm, agent: agent, evolver: evolver, cycle: cycle, draw: d, meanInc: meanInc})
+		}
+		u := g.update(r, cellID, bm, evolver, cycle, pool, &skills, tasks[lo:hi], failed, d.shown)
 		if err := g.out(u); err != nil {
 			return err
 		}
@@ -497,7 +539,7 @@ func judge(r *rand.Rand, cellID, taskID string, att int32, skill string, am agen
 
 // update writes the evolver's update after a round: a new skill while the pool
 // lasts, else a revision of an existing one; sometimes a system-prompt edit.
-func (g *gen) update(r *rand.Rand, cellID, bm, evolver string, cycle int, pool []skillSpec, skills *[]string, batch, failed []string) *schemas.HarnessUpdate {
+func (g *gen) update(r *rand.Rand, cellID, bm, evolver string, cycle int, pool []skillSpec, skills *[]string, batch, failed []string, c content) *schemas.HarnessUpdate {
 	var arts []schemas.Artifact
 	var spec skillSpec
 	op := schemas.OpAdd
@@ -508,7 +550,7 @@ func (g *gen) update(r *rand.Rand, cellID, bm, evolver string, cycle int, pool [
 		spec = pool[r.IntN(len(pool))]
 		op = schemas.OpModify
 	}
-	arts = append(arts, artifact(schemas.KindSkill, spec.name, op, skillMD(spec, evolver, cellID, cycle, batch, failed)))
+	arts = append(arts, artifact(schemas.KindSkill, spec.name, op, skillMD(spec, c, g.cfg, bm, evolver, cellID, cycle, batch, failed)))
 	if r.Float64() < 0.3 {
 		arts = append(arts, artifact(schemas.KindPrompt, "system.md", schemas.OpModify, fmt.Sprintf(
 			"You are a careful software agent.\n\nBefore acting, list the skills with list_skills and load the one that fits the task with load_skill (one name per call).\n\n<!-- revision %d by %s for %s -->\n", cycle, evolver, cellID)))
@@ -535,16 +577,15 @@ func artifact(kind, name, op, content string) schemas.Artifact {
 }
 
 // skillMD renders a SKILL.md: YAML front matter (name, description), then
-// markdown. The provenance line makes every revision's content unique.
-func skillMD(s skillSpec, evolver, cellID string, cycle int, batch, failed []string) string {
+// the markdown body rendered from the content with the campaign's wording
+// (wording.go), then the round's pitfalls. The provenance line makes every
+// revision's content unique.
+func skillMD(s skillSpec, c content, cfg Config, bm, evolver, cellID string, cycle int, batch, failed []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "---\nname: %s\ndescription: %q\n---\n\n", s.name, s.description)
-	fmt.Fprintf(&b, "# %s\n\n%s\n\n## When to use\n\nUse this skill when the task resembles: %s.\n\n## Steps\n\n",
-		strings.ReplaceAll(s.name, "-", " "), s.description, strings.Join(firstN(batch, 2), ", "))
-	for i, st := range s.steps {
-		fmt.Fprintf(&b, "%d. %s\n", i+1, st)
-	}
-	fmt.Fprintf(&b, "\n## Pitfalls seen\n\n")
+	fmt.Fprintf(&b, "# %s\n\n%s\n\n", strings.ReplaceAll(s.name, "-", " "), s.description)
+	b.WriteString(body(rng(cfg.Seed, "wording", cellID, fmt.Sprint(cycle)), c, bm, cfg.HeldOutWording))
+	fmt.Fprintf(&b, "## Pitfalls seen\n\nSeen on: %s.\n\n", strings.Join(firstN(batch, 2), ", "))
 	if len(failed) == 0 {
 		b.WriteString("- None in the last round; keep the steps short.\n")
 	}

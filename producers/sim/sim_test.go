@@ -154,9 +154,20 @@ func TestGenerateContract(t *testing.T) {
 	}
 }
 
+// TestCalibration checks METRICS.md's facts on seeds 1-3 pooled (Expected
+// averages Δ over seeds): the facts are expectations, and one seed's five
+// updates per cell leave them to chance (with the effects drawn independently
+// of the content, seeds 2, 6 and 10 of 1-12 failed alone; with the content
+// model, 5 of 12).
 func TestCalibration(t *testing.T) {
 	cfg := Config{Scale: 300, BatchSize: 50, Benchmarks: []string{"swe"}}
-	x := Expected(collect(t, cfg))
+	var evs []schemas.Event
+	for seed := int64(1); seed <= 3; seed++ {
+		c := cfg
+		c.Seed = seed
+		evs = append(evs, collect(t, c)...)
+	}
+	x := Expected(evs)
 	b := func(a string) float64 { return *x.Benefit[BenchAgent{"swe", a}].MaxPP }
 	if !(b("qwen235b") > b("opus46")+5 && b("qwen235b") > b("qwen35_9b")+5) {
 		t.Errorf("benefit not non-monotonic: opus %.1f qwen235b %.1f qwen35_9b %.1f", b("opus46"), b("qwen235b"), b("qwen35_9b"))
@@ -308,7 +319,7 @@ func TestRunToKafka(t *testing.T) {
 func TestSkillFrontMatterIsYAML(t *testing.T) {
 	for bm, pool := range skillPools {
 		for _, s := range pool {
-			content := skillMD(s, "opus46", "cell", 1, []string{"t1", "t2"}, []string{"t1"})
+			content := skillMD(s, content{focus: focusClaims, steps: 3, checks: 1, filler: 1, verbose: 1}, DefaultConfig(), bm, "opus46", "cell", 1, []string{"t1", "t2"}, []string{"t1"})
 			fm := strings.SplitN(strings.TrimPrefix(content, "---\n"), "\n---\n", 2)[0]
 			var meta struct{ Name, Description string }
 			if err := yaml.Unmarshal([]byte(fm), &meta); err != nil || meta.Name != s.name || meta.Description != s.description {
