@@ -18,7 +18,7 @@ func init() { register(newSimulateCmd) }
 func newSimulateCmd() *cobra.Command {
 	var brokers string
 	var cfg sim.Config
-	var quiet bool
+	var quiet, textSignal bool
 	var connectTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -31,11 +31,20 @@ round noise, negative updates and retries. Output is a pure function of the flag
 the same --seed gives the same events, ids and event times.
 
 --scale is the number of tasks per cell; rounds = ceil(scale / batch size).
-A progress bar is drawn on stderr.`,
+A progress bar is drawn on stderr.
+
+Each harness update's effect comes from a latent quality of its content (the
+rule it puts first, concrete steps, checks, benchmark-specific details, filler,
+verbosity) in its context (benchmark, agent), plus round noise; the skill's
+text shows that content in varied wording. --text-signal=false is the control:
+the text shows an independent draw of content and explains nothing of the
+effect, while effects, tasks and outcomes stay the same. --held-out-wording
+renders the skills with phrasings never used otherwise.`,
 		Example: "  harnessflow simulate --brokers 127.0.0.1:9092 --campaign demo --scale 20 --seed 1",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := obs.NewLogger("simulate")
+			cfg.TextSignal = sim.Bool(textSignal)
 			if err := cfg.Validate(); err != nil {
 				return withCode(2, err)
 			}
@@ -86,6 +95,8 @@ A progress bar is drawn on stderr.`,
 	f.StringSliceVar(&cfg.Evolvers, "evolvers", d.Evolvers, "evolver model nicknames")
 	f.StringSliceVar(&cfg.AnchorAgents, "anchor-agents", d.AnchorAgents, "anchor agents of the campaign (Δupdate's mean)")
 	f.StringSliceVar(&cfg.AnchorEvolvers, "anchor-evolvers", d.AnchorEvolvers, "anchor evolvers of the campaign (Δbenefit's max)")
+	f.BoolVar(&textSignal, "text-signal", *d.TextSignal, "skills' text shows the content that sets each update's effect (false: the control, text drawn independently)")
+	f.BoolVar(&cfg.HeldOutWording, "held-out-wording", d.HeldOutWording, "render skills with the held-out phrasings only")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	f.DurationVar(&connectTimeout, "connect-timeout", kafkax.DefaultConnectTimeout, "how long to wait for a reachable broker")
 	return cmd
