@@ -1,0 +1,315 @@
+package eval
+
+import (
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/trainer"
+)
+
+// Prediction is one predictor's forecast for one row.
+type Prediction struct {
+	// Mean is the predicted effect; Std its predicted standard deviation
+	// (floored at MinStd by the metrics).
+	Mean, Std float64
+	// Probs are the label probabilities in trainer.LabelNames order
+	// (negative, neutral, positive); the predicted label is their argmax
+	// (ties to the lower index).
+	Probs [3]float64
+}
+
+// Predictions are one predictor's forecasts for the held-out rows, in row
+// order, and which metric families they take part in.
+type Predictions struct {
+	// Name names the predictor in reports.
+	Name string
+	// Preds has one entry per held-out row.
+	Preds []Prediction
+	// Effect: Mean and Std are a forecast of the effect (RMSE, Spearman,
+	// coverage, NLL apply). Label: Probs are a forecast of the label
+	// (macro-F1 applies). A baseline that predicts only one of them leaves
+	// the other false and is not compared on it.
+	Effect, Label bool
+}
+
+// Baseline names.
+const (
+	BaselineMedian   = "median"
+	BaselineMajority = "majority-label"
+	BaselineCellMean = "cell-mean"
+	BaselineEvidence = "evidence-regression"
+)
+
+// onehot is the probability vector of class c.
+func onehot(c int) [3]float64 {
+	var p [3]float64
+	p[c] = 1
+	return p
+}
+
+// median of xs (mean of the two middle values for an even count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// rms is sqrt(mean of squares) of xs; 0 for none.
+func rms(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x * x
+	}
+	return math.Sqrt(s / float64(len(xs)))
+}
+
+// majority returns the most frequent label class among samples (ties to the
+// lower class index: negative, neutral, positive); neutral for none.
+func majority(samples []*schemas.LabeledSample) int {
+	var n [3]int
+	for _, s := range samples {
+		if c := trainer.LabelIndex(s.Label); c >= 0 {
+			n[c]++
+		}
+	}
+	if n[0]+n[1]+n[2] == 0 {
+		return trainer.LabelNeutral
+	}
+	best := 0
+	for c := 1; c < 3; c++ {
+		if n[c] > n[best] {
+			best = c
+		}
+	}
+	return best
+}
+
+// cellKey is a sample's (evolver, agent, benchmark).
+type cellKey struct{ evolver, agent, benchmark string }
+
+func keyOf(s *schemas.LabeledSample) cellKey {
+	return cellKey{s.EvolverModel, s.AgentModel, s.Benchmark}
+}
+
+// evidenceLine matches one evidence task line of a labeled sample's query as
+// processors/score renders it: "task <id>: pass|fail score=<score>".
+var evidenceLine = regexp.MustCompile(`(?m)^task .+: (?:pass|fail) score=(\S+)$`)
+
+// summaryFailed matches the simulator's evidence summary, "... N of M tasks
+// failed ...".
+var summaryFailed = regexp.MustCompile(`evidence summary: .*?\b(\d+) of (\d+) tasks failed`)
+
+// EvidenceScore parses the evidence figure of a labeled sample's query: the
+// mean of the score=<x> figures of its "task <id>: pass|fail score=<x>" lines
+// (the attempt-1 scores, in the update's own round, of the tasks the evolver
+// saw as evidence: the cell's "before" level on them); lines "task <id>: no
+// outcome in this cell" carry no score and are skipped. With no such line, it
+// falls back to 1 − N/M from an "evidence summary: ... N of M tasks failed"
+// line (the simulator's wording: the evidence pass rate). ok is false when the
+// query carries neither (the evidence regression then predicts the training
+// median). A task input that itself contains such a line would be counted:
+// the query format does not escape inputs.
+func EvidenceScore(query string) (x float64, ok bool) {
+	var sum float64
+	var n int
+	for _, m := range evidenceLine.FindAllStringSubmatch(query, -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		sum += v
+		n++
+	}
+	if n > 0 {
+		return sum / float64(n), true
+	}
+	if m := summaryFailed.FindStringSubmatch(query); m != nil {
+		failed, err1 := strconv.Atoi(m[1])
+		total, err2 := strconv.Atoi(m[2])
+		if err1 == nil && err2 == nil && total > 0 && failed <= total {
+			return 1 - float64(failed)/float64(total), true
+		}
+	}
+	return 0, false
+}
+
+// Baselines fits the trivial predictors on train and predicts for heldout:
+//
+//   - median: the training median effect for every row, std = the training
+//     RMS deviation from it (a constant Gaussian; its NLL is the
+//     "constant-Gaussian NLL"); effect only.
+//   - majority-label: the training majority label (ties to negative, then
+//     neutral) for every row; label only.
+//   - cell-mean: the mean training effect of the row's (evolver, agent,
+//     benchmark), std = the RMS training residual of all cells around their
+//     means, and the cell's majority label; an (evolver, agent, benchmark)
+//     unseen in training gets the training median and the global majority
+//     label. Effect and label.
+//   - evidence-regression: least squares effect = a + b·x on the training
+//     rows whose query has an EvidenceScore x; a row without one (or every
+//     row, when fewer than two training rows have one or their x are all
+//     equal) gets the training median. std = the RMS training residual of the
+//     rows it was fitted on (the median's when not fitted). Effect only.
+//
+// It returns ErrNoRows when train is empty.
+func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
+	if len(train) == 0 {
+		return nil, ErrNoRows
+	}
+	ys := make([]float64, len(train))
+	for i, s := range train {
+		ys[i] = s.Effect
+	}
+	med := median(ys)
+	res := make([]float64, len(ys))
+	for i, y := range ys {
+		res[i] = y - med
+	}
+	medStd := rms(res)
+	maj := majority(train)
+
+	// Per-(evolver, agent, benchmark) means and majority labels.
+	byCell := map[cellKey][]*schemas.LabeledSample{}
+	for _, s := range train {
+		byCell[keyOf(s)] = append(byCell[keyOf(s)], s)
+	}
+	type cellFit struct {
+		mean  float64
+		label int
+	}
+	cells := map[cellKey]cellFit{}
+	var cellRes []float64
+	for k, ss := range byCell {
+		var m float64
+		for _, s := range ss {
+			m += s.Effect
+		}
+		m /= float64(len(ss))
+		cells[k] = cellFit{mean: m, label: majority(ss)}
+		for _, s := range ss {
+			cellRes = append(cellRes, s.Effect-m)
+		}
+	}
+	cellStd := rms(cellRes)
+
+	// Evidence regression.
+	var xs, rys []float64
+	for _, s := range train {
+		if x, ok := EvidenceScore(s.Query); ok {
+			xs = append(xs, x)
+			rys = append(rys, s.Effect)
+		}
+	}
+	a, b, fitted := leastSquares(xs, rys)
+	evStd := medStd
+	if fitted {
+		r := make([]float64, len(xs))
+		for i := range xs {
+			r[i] = rys[i] - (a + b*xs[i])
+		}
+		evStd = rms(r)
+	}
+
+	n := len(heldout)
+	out := []Predictions{
+		{Name: BaselineMedian, Preds: make([]Prediction, n), Effect: true},
+		{Name: BaselineMajority, Preds: make([]Prediction, n), Label: true},
+		{Name: BaselineCellMean, Preds: make([]Prediction, n), Effect: true, Label: true},
+		{Name: BaselineEvidence, Preds: make([]Prediction, n), Effect: true},
+	}
+	for i, s := range heldout {
+		out[0].Preds[i] = Prediction{Mean: med, Std: medStd, Probs: onehot(maj)}
+		out[1].Preds[i] = Prediction{Mean: med, Std: medStd, Probs: onehot(maj)}
+		if c, ok := cells[keyOf(s)]; ok {
+			out[2].Preds[i] = Prediction{Mean: c.mean, Std: cellStd, Probs: onehot(c.label)}
+		} else {
+			out[2].Preds[i] = Prediction{Mean: med, Std: cellStd, Probs: onehot(maj)}
+		}
+		p := Prediction{Mean: med, Std: evStd, Probs: onehot(maj)}
+		if x, ok := EvidenceScore(s.Query); ok && fitted {
+			p.Mean = a + b*x
+		}
+		out[3].Preds[i] = p
+	}
+	return out, nil
+}
+
+// leastSquares fits y = a + b·x; ok is false with fewer than two points or no
+// spread in x.
+func leastSquares(xs, ys []float64) (a, b float64, ok bool) {
+	n := float64(len(xs))
+	if len(xs) < 2 {
+		return 0, 0, false
+	}
+	var mx, my float64
+	for i := range xs {
+		mx += xs[i]
+		my += ys[i]
+	}
+	mx /= n
+	my /= n
+	var sxx, sxy float64
+	for i := range xs {
+		sxx += (xs[i] - mx) * (xs[i] - mx)
+		sxy += (xs[i] - mx) * (ys[i] - my)
+	}
+	if sxx <= 1e-12*n {
+		return 0, 0, false
+	}
+	b = sxy / sxx
+	return my - b*mx, b, true
+}
+
+// ModelPredictions scores rows with an ensemble of models (one model is an
+// ensemble of one), in batches of batch rows (Default: 256 when ≤ 0), the
+// way /v1/score combines members: Mean the mean of the members' means, Std
+// the mixture's sqrt(mean variance + variance of means), Probs the mean
+// probabilities. It is not safe to call concurrently with training the
+// models.
+func ModelPredictions(models []*trainer.Model, rows []*schemas.LabeledSample, batch int) []Prediction {
+	if batch <= 0 {
+		batch = 256
+	}
+	out := make([]Prediction, len(rows))
+	if len(models) == 0 {
+		return out
+	}
+	K := float64(len(models))
+	for lo := 0; lo < len(rows); lo += batch {
+		hi := min(lo+batch, len(rows))
+		ins := make([]*trainer.Input, hi-lo)
+		for i, s := range rows[lo:hi] {
+			ins[i] = &trainer.Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind,
+				Evolver: s.EvolverModel, Agent: s.AgentModel, Benchmark: s.Benchmark}
+		}
+		sums := make([]struct{ mean, sq, v float64 }, len(ins))
+		for _, m := range models {
+			for i, p := range m.Predict(ins) {
+				sums[i].mean += p.Mean / K
+				sums[i].sq += p.Mean * p.Mean / K
+				sums[i].v += p.Std * p.Std / K
+				for c := range p.Probs {
+					out[lo+i].Probs[c] += p.Probs[c] / K
+				}
+			}
+		}
+		for i, s := range sums {
+			out[lo+i].Mean = s.mean
+			out[lo+i].Std = math.Sqrt(s.v + math.Max(0, s.sq-s.mean*s.mean))
+		}
+	}
+	return out
+}
