@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/harnessflow/harnessflow/schemas"
@@ -481,4 +482,24 @@ func TestModelPredictions(t *testing.T) {
 			t.Fatalf("ensemble row %d: %+v", i, two[i])
 		}
 	}
+}
+
+func TestWriteTable(t *testing.T) {
+	_, held, bs := splitWorld(t)
+	rep, err := Evaluate(Config{Resamples: 50}, held, truth(held), bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"truth", BaselineMedian, BaselineMajority, BaselineCellMean, BaselineEvidence,
+		"rmse", "spearman", "nll", "macro_f1", "verdict: " + VerdictBeats, "0.0000 [0.0000, 0.0000]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("\n%s", out)
 }
