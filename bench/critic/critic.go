@@ -124,17 +124,10 @@ func (c *Config) Validate() error {
 
 // sims are the simulator configurations of one arm.
 func (c *Config) sims(text bool) []sim.Config {
-	or := func(l, def []string) []string {
-		if l == nil {
-			return def
-		}
-		return l
-	}
 	out := make([]sim.Config, len(c.Seeds))
 	for i, s := range c.Seeds {
 		out[i] = sim.Config{Campaign: c.Campaign, Seed: s, Scale: c.Scale, BatchSize: c.SimBatchSize,
-			Benchmarks: or(c.Benchmarks, sim.DefaultBenchmarks), Agents: or(c.Agents, sim.DefaultAgents),
-			Evolvers: or(c.Evolvers, sim.DefaultEvolvers), TextSignal: sim.Bool(text)}
+			Benchmarks: c.Benchmarks, Agents: c.Agents, Evolvers: c.Evolvers, TextSignal: sim.Bool(text)}
 	}
 	return out
 }
