@@ -62,6 +62,7 @@ var ShardKeys = map[string]string{
 	"rejected_events":     "cityHash64(event_id)",
 	"checkpoints":         "cityHash64(model_version)",
 	"trainer_steps":       "cityHash64(trainer)",
+	"critic_evals":        "cityHash64(trainer)",
 }
 
 // ErrBadCluster says a cluster name is unusable.
