@@ -56,6 +56,10 @@ type Trainer struct {
 	models       []*Model
 	modelVersion string
 
+	// serving is what /v1/score and /v1/rewards answer from: the
+	// published checkpoint's weights (serving.go).
+	serving servingState
+
 	// Owned by the training loop.
 	store        *CheckpointStore
 	ch           driver.Conn
