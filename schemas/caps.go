@@ -19,7 +19,8 @@ package schemas
 //
 // The free-text fields are marked prose (or carry their own Limits cap) in
 // the field table of fields.go, the one list: task_input, evidence_summary,
-// query, update, reason, rejected.message. A new string field there is
+// query, update, reason, rejected.message, and checkpoint_published.
+// checkpoint_uri (a path, not a name). A new string field there is
 // capped as a name unless it is marked so.
 //
 // 256 bytes leave every statement the sink builds from ids under

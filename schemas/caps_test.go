@@ -73,7 +73,7 @@ func TestNameCapList(t *testing.T) {
 			}
 		}
 	}
-	want := "task_attempt.task_input harness_update.evidence_summary labeled_sample.query labeled_sample.update labeled_sample.reason rejected.message"
+	want := "task_attempt.task_input harness_update.evidence_summary labeled_sample.query labeled_sample.update labeled_sample.reason rejected.message checkpoint_published.checkpoint_uri"
 	if got := strings.Join(prose, " "); got != want {
 		t.Fatalf("free-text fields:\n got %s\nwant %s", got, want)
 	}

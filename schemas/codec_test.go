@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -414,4 +416,45 @@ func legacyID(t Type, parts ...string) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// TestCheckpointPublishedV1StillDecodes: a checkpoint_published written
+// before schema v2 (no checkpoint_uri, checkpoint_sha256) decodes with both
+// empty, and a v2 event round-trips both, in Avro and in JSON.
+func TestCheckpointPublishedV1StillDecodes(t *testing.T) {
+	old, err := os.ReadFile(filepath.Join("testdata", "golden", "v1", "checkpoint_published.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := Decode(old)
+	if err != nil {
+		t.Fatalf("decode v1 checkpoint_published: %v", err)
+	}
+	ck := ev.(*CheckpointPublished)
+	if ck.CheckpointURI != "" || ck.CheckpointSHA256 != "" || ck.ModelVersion != "rm-000042" {
+		t.Fatalf("v1 event decodes to %+v", ck)
+	}
+	if v := infos[TypeCheckpointPublished].current.version; v != 2 {
+		t.Fatalf("checkpoint_published current schema v%d, want v2", v)
+	}
+	v2 := fixturesV2()[TypeCheckpointPublished]
+	b, err := Encode(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Decode(b)
+	if err != nil || !reflect.DeepEqual(back, v2) {
+		t.Fatalf("v2 round trip: %v\n%#v", err, back)
+	}
+	j, err := MarshalJSON(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := ParseJSON(j, DefaultLimits())
+	if err != nil || !reflect.DeepEqual(jb, v2) {
+		t.Fatalf("v2 JSON round trip: %v\n%s\n%#v", err, j, jb)
+	}
+	if !bytes.Contains(j, []byte(`"checkpoint_sha256":"9f86d0`)) {
+		t.Fatalf("JSON lacks checkpoint_sha256: %s", j)
+	}
 }

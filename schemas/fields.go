@@ -373,6 +373,10 @@ func checkpointPublishedInfo() *typeInfo {
 			offs: func(e Event) *[]TopicOffset { return &as[CheckpointPublished](e).Offsets }},
 		field{name: "metrics", kind: kMetrics,
 			mets: func(e Event) *map[string]float64 { return &as[CheckpointPublished](e).Metrics }},
+		// v2: a path is not a name (it may be longer than Limits.Name);
+		// the whole-event cap bounds it.
+		fStr("checkpoint_uri", func(e *CheckpointPublished) *string { return &e.CheckpointURI }, prose),
+		fStr("checkpoint_sha256", func(e *CheckpointPublished) *string { return &e.CheckpointSHA256 }),
 	)
 }
 

@@ -66,4 +66,15 @@ func fixturesV1() map[Type]Event {
 // v1 entry keeps fixturesV1 (the new field at its default).
 var expectedByVersion = map[string]func() map[Type]Event{
 	"v1": fixturesV1,
+	"v2": fixturesV2,
+}
+
+// fixturesV2 returns the v2 golden files' events: the types whose schema v2
+// changed (checkpoint_published: checkpoint_uri and checkpoint_sha256),
+// fixturesV1's event with the new fields set.
+func fixturesV2() map[Type]Event {
+	ck := fixturesV1()[TypeCheckpointPublished].(*CheckpointPublished)
+	ck.CheckpointURI = "file:///var/lib/harnessflow/checkpoints/ckpt-000000000042.hfck"
+	ck.CheckpointSHA256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	return map[Type]Event{TypeCheckpointPublished: ck}
 }

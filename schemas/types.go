@@ -369,6 +369,13 @@ type CheckpointPublished struct {
 	SamplesTrained int64              `json:"samples_trained"`
 	Offsets        []TopicOffset      `json:"offsets"`
 	Metrics        map[string]float64 `json:"metrics"`
+	// CheckpointURI is where the checkpoint file is: a file:// URI of its
+	// absolute path on the trainer's host (schema v2; "" in v1 events).
+	CheckpointURI string `json:"checkpoint_uri"`
+	// CheckpointSHA256 is the lowercase hex sha256 of the checkpoint file's
+	// bytes as saved (schema v2; "" in v1 events): what /v1/score answers
+	// as checkpoint_sha256 when it serves this checkpoint.
+	CheckpointSHA256 string `json:"checkpoint_sha256"`
 }
 
 func (*CampaignDeclared) Type() Type    { return TypeCampaignDeclared }
