@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/gob"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -55,7 +56,20 @@ type Checkpoint struct {
 	// The trainer streams its live models through it, one tensor at a time,
 	// instead of copying every tensor first.
 	tensor func(model, param, which int) []float32
+
+	// path and fileSHA256 are the file's path and the lowercase hex sha256
+	// of its bytes, set by Save and ReadCheckpoint (not part of the file).
+	path, fileSHA256 string
 }
+
+// Path is the checkpoint file's path: where Save wrote it or ReadCheckpoint
+// read it ("" for a checkpoint not saved or read).
+func (ck *Checkpoint) Path() string { return ck.path }
+
+// FileSHA256 is the lowercase hex sha256 of the checkpoint file's bytes,
+// header included (what `sha256sum` prints for the file), as Save wrote it
+// or ReadCheckpoint read it; "" for a checkpoint not saved or read.
+func (ck *Checkpoint) FileSHA256() string { return ck.fileSHA256 }
 
 // File layout: magic (8 bytes) | format version (u32) | payload length (u64) |
 // sha256 of payload (32 bytes) | payload. Payload: meta length (u32) | gob of
@@ -129,7 +143,10 @@ func (s *CheckpointStore) MaxIndex() int64 {
 }
 
 // Save writes ck as FileName(ck.Index) atomically, then deletes all but the
-// newest Keep checkpoints. It returns the file's path.
+// newest Keep checkpoints. It returns the file's path and records it and the
+// file's sha256 in ck (Path, FileSHA256). The file hash covers the header,
+// which holds the payload's hash, so it takes a second read of the file
+// (from the page cache, before the rename).
 func (s *CheckpointStore) Save(ck *Checkpoint) (string, error) {
 	final := filepath.Join(s.dir, FileName(ck.Index))
 	tmp, err := os.CreateTemp(s.dir, ckptTempPfx+"*")
@@ -165,6 +182,10 @@ func (s *CheckpointStore) Save(ck *Checkpoint) (string, error) {
 	if err := tmp.Sync(); err != nil {
 		return "", fmt.Errorf("fsync checkpoint: %w", err)
 	}
+	fh := sha256.New()
+	if _, err := io.Copy(fh, io.NewSectionReader(tmp, 0, ckptHdrLen+n)); err != nil {
+		return "", fmt.Errorf("hash checkpoint: %w", err)
+	}
 	if err := tmp.Close(); err != nil {
 		return "", fmt.Errorf("close checkpoint: %w", err)
 	}
@@ -175,6 +196,7 @@ func (s *CheckpointStore) Save(ck *Checkpoint) (string, error) {
 	if err := syncDir(s.dir); err != nil {
 		return "", err
 	}
+	ck.path, ck.fileSHA256 = final, hex.EncodeToString(fh.Sum(nil))
 	s.prune()
 	return final, nil
 }
@@ -236,7 +258,8 @@ func (s *CheckpointStore) LoadLatest() (*Checkpoint, string, error) {
 	return nil, "", ErrNoCheckpoint
 }
 
-// ReadCheckpoint reads and verifies one checkpoint file. Errors wrap ErrCorrupt.
+// ReadCheckpoint reads and verifies one checkpoint file and records its path
+// and sha256 in the result (Path, FileSHA256). Errors wrap ErrCorrupt.
 func ReadCheckpoint(path string) (*Checkpoint, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -261,8 +284,9 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	if got := st.Size() - ckptHdrLen; got != n {
 		return nil, fmt.Errorf("%w: truncated: payload has %d bytes, header says %d", ErrCorrupt, got, n)
 	}
-	h := sha256.New()
-	br := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, n), h), 1<<20)
+	h, fh := sha256.New(), sha256.New()
+	fh.Write(hdr)
+	br := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, n), io.MultiWriter(h, fh)), 1<<20)
 	ck, err := decodePayload(br)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -273,6 +297,7 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	if !bytes.Equal(h.Sum(nil), hdr[20:52]) {
 		return nil, fmt.Errorf("%w: sha256 mismatch", ErrCorrupt)
 	}
+	ck.path, ck.fileSHA256 = path, hex.EncodeToString(fh.Sum(nil))
 	return ck, nil
 }
 

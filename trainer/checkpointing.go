@@ -148,18 +148,19 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// publish sends ck's checkpoint_published event (at least once; its event id
-// is the model version, so consumers dedupe).
+// publish makes ck, just saved or restored, the checkpoint /v1/score and
+// /v1/rewards serve (serving.go; it copies the live weights, so after a
+// Save it must run before the next training step), then sends its
+// checkpoint_published event (at least once; its event id is the model
+// version, so consumers dedupe).
 func (t *Trainer) publish(ctx context.Context, ck *Checkpoint) {
-	ev := &schemas.CheckpointPublished{ModelVersion: ck.ModelVersion, Step: ck.Step, SamplesTrained: ck.SamplesTrained}
-	ev.EventID = "checkpoint:" + ck.ModelVersion
-	ev.EventTime = ck.CreatedAt
-	ev.Source = "trainer:" + t.cfg.Name
-	for p, o := range ck.Offsets {
-		ev.Offsets = append(ev.Offsets, schemas.TopicOffset{Topic: ck.Topic, Partition: p, Offset: o})
+	if err := t.serveCheckpoint(ck); err != nil {
+		t.log.Error().Err(err).Str("model_version", ck.ModelVersion).Msg("cannot serve the checkpoint; /v1/score answers 503 until the next one")
 	}
-	hm := Summarize(ck.Heldout)
-	ev.Metrics = map[string]float64{"heldout_acc": hm.Acc, "heldout_macro_f1": hm.MacroF1, "heldout_mae": hm.MAE, "heldout_n": float64(hm.N)}
+	if t.writer == nil {
+		return
+	}
+	ev := checkpointEvent(ck, t.cfg.Name)
 	b, err := schemas.Encode(ev)
 	if err == nil {
 		err = t.writer.WriteMessages(ctx, kafka.Message{Key: []byte(ev.PartitionKey()), Value: b})

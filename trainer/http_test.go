@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -24,14 +25,58 @@ import (
 )
 
 // httpTrainer builds a trainer on the CPU (no network I/O) with cfg's HTTP
-// settings.
+// settings and publishes a first checkpoint of its (untrained) weights, so
+// that /v1/score answers.
 func httpTrainer(t testing.TB, cfg Config) (*Trainer, error) {
+	t.Helper()
+	tr, err := freshTrainer(t, cfg)
+	if err == nil {
+		publishCheckpoint(t, tr)
+	}
+	return tr, err
+}
+
+// freshTrainer is httpTrainer without a checkpoint: /v1/score answers 503.
+func freshTrainer(t testing.TB, cfg Config) (*Trainer, error) {
 	t.Helper()
 	if len(cfg.Brokers) == 0 {
 		cfg.Brokers = []string{"127.0.0.1:1"}
 	}
-	cfg.ClickHouse, cfg.CheckpointDir, cfg.Device, cfg.Model = "127.0.0.1:1", t.TempDir(), "cpu", smallModel()
+	if cfg.CheckpointDir == "" {
+		cfg.CheckpointDir = t.TempDir()
+	}
+	cfg.ClickHouse, cfg.Device, cfg.Model = "127.0.0.1:1", "cpu", smallModel()
 	return New(cfg)
+}
+
+// publishCheckpoint saves tr's live state as its next checkpoint, streaming
+// the tensors from the live models as checkpoint() does, and publishes it
+// (it becomes the served checkpoint; there is no Kafka writer in tests).
+func publishCheckpoint(t testing.TB, tr *Trainer) *Checkpoint {
+	t.Helper()
+	idx := max(tr.index, tr.store.MaxIndex()) + 1
+	ck := &Checkpoint{Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", tr.cfg.Name, idx), Step: tr.step, Topic: tr.cfg.Topic,
+		Offsets: map[int32]int64{0: idx}, CreatedAt: time.Now().UTC()}
+	tr.mu.Lock()
+	for _, m := range tr.models {
+		ck.Models = append(ck.Models, m.Shape())
+	}
+	tr.mu.Unlock()
+	var buf []float32
+	ck.tensor = func(model, param, which int) []float32 {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return tr.models[model].Tensor(param, which, &buf)
+	}
+	if _, err := tr.store.Save(ck); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	tr.modelVersion = ck.ModelVersion
+	tr.mu.Unlock()
+	tr.index = idx
+	tr.publish(context.Background(), ck)
+	return ck
 }
 
 func do(t *testing.T, client *http.Client, method, url, auth string) (int, string) {

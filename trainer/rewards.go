@@ -43,6 +43,10 @@ type RewardsRequest struct {
 	// (null, a number, a plain string such as a reference answer) is
 	// ignored. Optional.
 	Labels []json.RawMessage `json:"labels"`
+	// ModelVersion is refused (400) when present: pin a version with the
+	// URL's query parameter (POST /v1/rewards?model_version=trainer-v7),
+	// which a remote-RM client sets in the reward model's URL.
+	ModelVersion json.RawMessage `json:"model_version,omitempty"`
 }
 
 // Rewards is the answer of POST /v1/rewards. OpenRLHF and LightRFT read
@@ -53,9 +57,13 @@ type Rewards struct {
 	Rewards []float64 `json:"rewards"`
 	// Effects holds the predicted effects (the ensemble mean), same order.
 	Effects []float64 `json:"effects"`
-	// ModelVersion is the model that scored the whole batch.
-	ModelVersion string  `json:"model_version"`
-	Lambda       float64 `json:"lambda"`
+	// ModelVersion is the checkpoint that scored the whole batch,
+	// CheckpointSHA256 the sha256 of its file, Warming whether its
+	// evaluation has not yet shown it beats its baselines (as /v1/score).
+	ModelVersion     string  `json:"model_version"`
+	CheckpointSHA256 string  `json:"checkpoint_sha256"`
+	Warming          bool    `json:"warming"`
+	Lambda           float64 `json:"lambda"`
 	// Unsplit lists the indices of the items whose query does not contain
 	// their (non-empty) prompt: their whole query was scored as the
 	// update. Empty when every item split.
@@ -168,9 +176,14 @@ func (t *Trainer) handleRewards(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "use POST", http.StatusMethodNotAllowed)
 		return
 	}
+	pin, err := pinOf(r)
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err)
+		return
+	}
 	var req RewardsRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRewardsBody))
-	err := dec.Decode(&req)
+	err = dec.Decode(&req)
 	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
 		err = errors.New("data after the JSON object")
 	}
@@ -181,6 +194,10 @@ func (t *Trainer) handleRewards(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSONError(w, http.StatusBadRequest, fmt.Errorf("decode request (a JSON object with query, prompts, labels): %w", err))
+		return
+	}
+	if req.ModelVersion != nil {
+		writeJSONError(w, http.StatusBadRequest, errPinInBody)
 		return
 	}
 	ins, unsplit, err := rewardInputs(&req)
@@ -197,12 +214,15 @@ func (t *Trainer) handleRewards(w http.ResponseWriter, r *http.Request) {
 		t.log.Warn().Int("items", len(ins)).Int("unsplit", len(unsplit)).Int("first", unsplit[0]).
 			Msg("rewards: prompt not found in query; scored the whole query as the update")
 	}
-	scores := t.Predict(ins)
+	scores, a, err := t.serve(ins, pin)
+	if err != nil {
+		writeServingError(w, err)
+		return
+	}
 	out := Rewards{Rewards: make([]float64, len(scores)), Effects: make([]float64, len(scores)),
-		ModelVersion: scores[0].ModelVersion, Lambda: scores[0].Lambda, Unsplit: unsplit}
+		ModelVersion: a.version, CheckpointSHA256: a.sha256, Warming: a.warming, Lambda: t.cfg.Lambda, Unsplit: unsplit}
 	for i, s := range scores {
 		out.Rewards[i], out.Effects[i] = s.Reward, s.Effect
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	writeJSON(w, http.StatusOK, out)
 }

@@ -9,9 +9,14 @@ import (
 	"time"
 )
 
-// ScoreRequest is the body of POST /v1/score: a candidate update.
+// ScoreRequest is the body of POST /v1/score: a candidate update. The
+// checkpoint that answers is the published one, or the one the URL's
+// ?model_version= pins (serving.go).
 type ScoreRequest struct {
 	Input
+	// ModelVersion is refused (400) when present: pin a version with the
+	// URL's query parameter ?model_version=, the same for /v1/rewards.
+	ModelVersion json.RawMessage `json:"model_version,omitempty"`
 }
 
 // MemberScore is one ensemble member's prediction.
@@ -33,19 +38,29 @@ type Score struct {
 	Probs  map[string]float64 `json:"probs"`
 	Label  string             `json:"label"`
 	// Reward is Effect − λ·Std (the tutorial's variance-penalized stability reward).
-	Reward       float64        `json:"reward"`
-	Lambda       float64        `json:"lambda"`
-	ModelVersion string         `json:"model_version"`
-	Ensemble     int            `json:"ensemble"`
-	Votes        map[string]int `json:"votes"`
-	Members      []MemberScore  `json:"members"`
+	Reward float64 `json:"reward"`
+	Lambda float64 `json:"lambda"`
+	// ModelVersion is the checkpoint whose weights answered ("<trainer>-v<N>"),
+	// CheckpointSHA256 the sha256 of its file as saved (the
+	// checkpoint_published event's checkpoint_sha256).
+	ModelVersion     string `json:"model_version"`
+	CheckpointSHA256 string `json:"checkpoint_sha256"`
+	// Warming is true until that checkpoint's evaluation verdict is that it
+	// beats its baselines (VerdictBeats): until then the score carries no
+	// more information than a trivial baseline.
+	Warming  bool           `json:"warming"`
+	Ensemble int            `json:"ensemble"`
+	Votes    map[string]int `json:"votes"`
+	Members  []MemberScore  `json:"members"`
 }
 
 // maxScoreBody caps a /v1/score request body.
 const maxScoreBody = 1 << 20
 
-// Predict scores inputs with the ensemble. Safe for concurrent use (it waits
-// for the current training step).
+// Predict scores inputs with the live, still-training ensemble (not what
+// /v1/score serves: see serving.go); ModelVersion is the latest published
+// checkpoint, which the live weights may have moved past. For diagnostics
+// and tests. Safe for concurrent use (it waits for the current training step).
 func (t *Trainer) Predict(ins []*Input) []Score {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -116,6 +131,11 @@ func (t *Trainer) handleScore(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "use POST", http.StatusMethodNotAllowed)
 		return
 	}
+	pin, err := pinOf(r)
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err)
+		return
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScoreBody))
 	dec.DisallowUnknownFields()
 	var req ScoreRequest
@@ -123,17 +143,30 @@ func (t *Trainer) handleScore(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
 		return
 	}
+	if req.ModelVersion != nil {
+		writeJSONError(w, http.StatusBadRequest, errPinInBody)
+		return
+	}
 	if req.Update == "" {
 		writeJSONError(w, http.StatusBadRequest, errEmptyUpdate)
 		return
 	}
-	s := t.Predict([]*Input{&req.Input})[0]
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s)
+	scores, a, err := t.serve([]*Input{&req.Input}, pin)
+	if err != nil {
+		writeServingError(w, err)
+		return
+	}
+	s := scores[0]
+	s.ModelVersion, s.CheckpointSHA256, s.Warming = a.version, a.sha256, a.warming
+	writeJSON(w, http.StatusOK, s)
 }
 
 func writeJSONError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	_ = json.NewEncoder(w).Encode(v)
 }
