@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -126,6 +127,13 @@ func (t *Trainer) ServedVersion() (modelVersion, checkpointSHA256 string) { retu
 func (t *Trainer) SetVerdict(modelVersion, verdict string) {
 	t.serving.setVerdict(modelVersion, verdict)
 }
+
+// Checkpoint writes a checkpoint of the current weights and publishes it
+// (it becomes the checkpoint /v1/score serves), as Run does every
+// checkpoint_every steps. It is for a trainer whose Run is not running (a
+// benchmark that serves /v1/score without training from a stream); while
+// Run runs, only its own goroutine checkpoints.
+func (t *Trainer) Checkpoint(ctx context.Context) error { return t.checkpoint(ctx) }
 
 // servingError is a request /v1/score or /v1/rewards cannot serve: its
 // status, why, and the versions that can be pinned.

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -498,4 +499,24 @@ func FuzzServingHandlers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCheckpointServesIdleTrainer: Checkpoint on a trainer that never ran
+// (bench train's use) writes and serves a checkpoint.
+func TestCheckpointServesIdleTrainer(t *testing.T) {
+	tr, err := freshTrainer(t, Config{Name: "idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Checkpoint(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(tr.Handler())
+	defer srv.Close()
+	s := scoreAt(t, srv.Client(), srv.URL, "")
+	v, sha := tr.ServedVersion()
+	if s.ModelVersion != "idle-v1" || v != s.ModelVersion || s.CheckpointSHA256 != sha ||
+		sha != fileSHA256(t, filepath.Join(tr.cfg.CheckpointDir, FileName(1))) {
+		t.Fatalf("served %s %s (ServedVersion %s %s)", s.ModelVersion, s.CheckpointSHA256, v, sha)
+	}
 }
