@@ -73,7 +73,8 @@ func (t *Trainer) serveOn(ctx context.Context, ln net.Listener) error {
 }
 
 // Handler returns the trainer's HTTP handler: /v1/score and /v1/rewards
-// (behind the bearer token when one is configured), /metrics, /healthz (liveness: 200 while
+// (behind the bearer token when one is configured; answered only from a
+// published checkpoint, 503 before the first: serving.go), /metrics, /healthz (liveness: 200 while
 // the process serves) and /readyz (503 until Ready, while the checkpoint is
 // restored, and while no Kafka broker or ClickHouse answers).
 func (t *Trainer) Handler() http.Handler {
