@@ -134,6 +134,7 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	t.log.Info().Str("path", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
 		Interface("offsets", ck.Offsets).Dur("took", time.Since(start)).Msg("checkpoint written")
 	t.publish(ctx, ck)
+	t.submitEval(ck)
 	if t.gen != nil {
 		commit := map[int]int64{}
 		for _, a := range t.gen.Assignments[t.cfg.Topic] {

@@ -73,12 +73,24 @@ type Config struct {
 	Seed uint64
 	// Model sizes and optimizes each model (Seed is overridden per member).
 	Model ModelConfig
-	// HeldoutFraction is the share of sample ids (by hash) kept out of
-	// training for evaluation. Default: 0.1; negative disables.
+	// HeldoutFraction is the share of groups (HeldoutGroupKey, by hash;
+	// heldout.go) whose samples are kept out of training for evaluation:
+	// every sample of a held-out group is held out, never trained on.
+	// Default: 0.1; negative disables.
 	HeldoutFraction float64
-	// HeldoutWindow is how many recent held-out samples the metrics cover.
+	// HeldoutGroupKey is the group of the held-out split: campaign,
+	// campaign+seed or cell (trainer/eval's keys). Default: campaign+seed,
+	// which keeps the sibling samples of one round (same tasks and
+	// baseline) on one side.
+	HeldoutGroupKey string
+	// HeldoutWindow bounds, by count, both the held-out records the
+	// trainer_steps metrics cover and the held-out set each checkpoint is
+	// evaluated on (the most recent held-out samples, kept in memory).
 	// Default: 2000.
 	HeldoutWindow int
+	// EvalTrainWindow is how many recent trained samples are kept in
+	// memory to fit the checkpoint evaluation's baselines on. Default: 5000.
+	EvalTrainWindow int
 	// DedupWindow is how many recent sample ids are remembered to train each
 	// sample id once; a duplicate arriving more than this many samples after
 	// its first copy is trained again. Persisted in checkpoints. Default: 200000.
@@ -139,6 +151,10 @@ func (c *Config) setDefaults() {
 	if c.HeldoutFraction == 0 {
 		c.HeldoutFraction = 0.1
 	}
+	if c.HeldoutGroupKey == "" {
+		c.HeldoutGroupKey = GroupByCampaignSeed
+	}
+	defi(&c.EvalTrainWindow, 5000)
 	defi(&c.CheckpointEvery, 100)
 	defi(&c.CheckpointKeep, 3)
 	defi(&c.BatchSize, 256)
@@ -169,8 +185,11 @@ func (c *Config) Validate() error {
 	if c.CheckpointDir == "" {
 		bad("no checkpoint directory (--checkpoint-dir)")
 	}
-	if c.BatchSize < 1 || c.CheckpointEvery < 1 || c.Ensemble < 1 || c.DedupWindow < 1 || c.HeldoutWindow < 1 {
-		bad("batch size, checkpoint-every, ensemble, dedup and held-out windows must be ≥ 1")
+	if c.BatchSize < 1 || c.CheckpointEvery < 1 || c.Ensemble < 1 || c.DedupWindow < 1 || c.HeldoutWindow < 1 || c.EvalTrainWindow < 1 {
+		bad("batch size, checkpoint-every, ensemble, dedup, held-out and eval training windows must be ≥ 1")
+	}
+	if err := checkGroupKey(c.HeldoutGroupKey); err != nil {
+		bad("%v (--heldout-group-key)", err)
 	}
 	if c.Ensemble > 32 {
 		bad("ensemble %d too large (max 32)", c.Ensemble)

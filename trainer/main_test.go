@@ -69,7 +69,10 @@ func startBroker(t *testing.T) string {
 }
 
 // genSamples makes n labeled samples whose effect depends on a marker token
-// (as in synth), spread over 12 cells with growing harness versions.
+// (as in synth), spread over 12 cells with growing harness versions. Sample
+// id i is round i/12 of cell i%12; the round's 12 siblings share a seed (one
+// of 40, by round), so the held-out split (campaign+seed groups) keeps them
+// together and holds out some rounds.
 func genSamples(r *rand.Rand, from, n int) []*schemas.LabeledSample {
 	exs := synth(r, n)
 	out := make([]*schemas.LabeledSample, n)
@@ -77,7 +80,7 @@ func genSamples(r *rand.Rand, from, n int) []*schemas.LabeledSample {
 		id := from + i
 		s := &schemas.LabeledSample{
 			SampleID: fmt.Sprintf("s-%06d", id), UpdateID: fmt.Sprintf("u-%06d", id), CellID: fmt.Sprintf("cell-%02d", id%12),
-			CampaignID: "camp", Benchmark: ex.Benchmark, AgentModel: ex.Agent, EvolverModel: ex.Evolver, Cycle: int32(id / 12),
+			CampaignID: "camp", Benchmark: ex.Benchmark, AgentModel: ex.Agent, EvolverModel: ex.Evolver, Cycle: int32(id / 12), Seed: int32(id/12) % 40,
 			Query: ex.Query, Update: ex.Update, ArtifactKind: ex.Kind, Effect: ex.Effect, Label: LabelNames[ex.Label],
 			HarnessVersion: fmt.Sprintf("h%d", id/12), HarnessVersionIndex: int32(id / 12), Route: schemas.RouteInSitu,
 			ProducedAt: time.UnixMilli(1_700_000_000_000 + int64(id)).UTC(),

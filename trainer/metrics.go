@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +16,11 @@ type metrics struct {
 	staleV50, staleV95, staleM50, staleM95 prometheus.Gauge
 	trained, duplicates, bad, droppedStale prometheus.Counter
 	checkpoints                            prometheus.Counter
-	invalid                                *prometheus.CounterVec
-	stepSeconds, scoreSeconds              prometheus.Histogram
+	// The latest checkpoint evaluation (evalhook.go).
+	evalRMSEDiff, evalSpearmanDiff, evalBeats prometheus.Gauge
+	evals, evalFailures                       prometheus.Counter
+	invalid                                   *prometheus.CounterVec
+	stepSeconds, scoreSeconds                 prometheus.Histogram
 	// commitLag is the lag per partition and lag the frontier it is
 	// computed from (lag.go).
 	commitLag *prometheus.GaugeVec
@@ -71,11 +75,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bad:          c("bad_samples_total", "Messages skipped as undecodable or invalid."),
 		droppedStale: c("dropped_stale_total", "Samples dropped for exceeding --max-staleness."),
 		checkpoints:  c("checkpoints_total", "Checkpoints written."),
+		evalRMSEDiff: g("eval_rmse_diff", "Latest checkpoint evaluation: held-out effect RMSE of the model minus the best baseline's (negative: the model is better)."),
+		evalSpearmanDiff: g("eval_spearman_diff",
+			"Latest checkpoint evaluation: held-out Spearman rho of the model minus the best baseline's (positive: the model is better)."),
+		evalBeats:    g("eval_beats_baselines", "Latest checkpoint evaluation's verdict: 1 when it beats its baselines, else 0."),
+		evals:        c("evals_total", "Checkpoint evaluations completed."),
+		evalFailures: c("eval_failures_total", "Checkpoint evaluations that failed or could not be written to critic_evals (logged; training goes on)."),
 		invalid:      invalid,
 		commitLag:    commitLag,
 		stepSeconds:  h("step_seconds", "Time per training step.", prometheus.ExponentialBuckets(0.001, 2, 16)),
 		scoreSeconds: h("score_seconds", "Time per /v1/score request.", prometheus.ExponentialBuckets(0.0001, 2, 16)),
 	}
+	// No evaluation yet: no difference (not 0, which would read as a tie).
+	m.evalRMSEDiff.Set(math.NaN())
+	m.evalSpearmanDiff.Set(math.NaN())
 	for i, x := range all {
 		if err := reg.Register(x); err != nil {
 			for _, done := range all[:i] {
@@ -102,4 +115,26 @@ func (m *metrics) observeStep(r stepRow, took time.Duration) {
 	m.staleM50.Set(r.sm50)
 	m.staleM95.Set(r.sm95)
 	m.stepSeconds.Observe(took.Seconds())
+}
+
+// observeEval sets the evaluation gauges from res (NaN for a comparison the
+// result lacks).
+func (m *metrics) observeEval(res *EvalResult) {
+	m.evals.Inc()
+	rmse, rho := math.NaN(), math.NaN()
+	for _, c := range res.Comparisons {
+		switch c.Metric {
+		case EvalRMSE:
+			rmse = c.Diff
+		case EvalSpearman:
+			rho = c.Diff
+		}
+	}
+	m.evalRMSEDiff.Set(rmse)
+	m.evalSpearmanDiff.Set(rho)
+	beats := 0.0
+	if res.Verdict == VerdictBeats {
+		beats = 1
+	}
+	m.evalBeats.Set(beats)
 }

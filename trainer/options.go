@@ -24,6 +24,8 @@ type options struct {
 	ln     net.Listener
 	be     backend.Backend
 	wrapCH func(driver.Conn) driver.Conn
+	// evaluator evaluates each checkpoint (WithCheckpointEvaluator).
+	evaluator CheckpointEvaluator
 }
 
 // collect applies opts over the defaults.

@@ -59,7 +59,10 @@ func Summarize(recs []HeldoutRecord) HeldoutMetrics {
 }
 
 // IsHeldOut reports whether sampleID falls in the held-out slice of the given
-// fraction (by FNV-1a hash of the id; stable across runs and restarts).
+// fraction (by FNV-1a hash of the id; stable across runs and restarts). It is
+// the per-sample split trainers before the group split used (it leaks: a
+// round's siblings fall on both sides); the trainer now holds out by group
+// (IsHeldOutGroup).
 func IsHeldOut(sampleID string, fraction float64) bool {
 	if fraction <= 0 {
 		return false

@@ -91,7 +91,9 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 // over every message, dead-letters the undecodable and invalid ones, skips
 // duplicates (and remembers the rest in the dedup window), updates the
 // per-cell harness versions, drops the stale samples, and keeps the others
-// as held-out or training examples.
+// as held-out examples (every sample of a held-out group, heldout.go: never
+// trained; also kept in the evaluation's held-out set) or training examples
+// (also kept in the evaluation's training window).
 func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, error) {
 	var in batchIntake
 	for _, m := range batch {
@@ -133,10 +135,12 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 		}
 		ex := Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
 			Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: label}
-		if IsHeldOut(s.SampleID, t.cfg.HeldoutFraction) {
+		if IsHeldOutGroup(GroupOf(t.cfg.HeldoutGroupKey, s), t.cfg.HeldoutFraction) {
 			in.held = append(in.held, ex)
+			t.heldSet.add(s)
 			continue
 		}
+		t.trainWin.add(s)
 		in.train = append(in.train, ex)
 		in.ids = append(in.ids, s.SampleID)
 		in.staleV = append(in.staleV, sv)

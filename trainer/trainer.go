@@ -83,6 +83,14 @@ type Trainer struct {
 	// from offsets then has nothing of it in the weights (see startGeneration).
 	restored bool
 
+	// heldSet is the held-out set of the checkpoint evaluation (the last
+	// HeldoutWindow samples of held-out groups) and trainWin the training
+	// window its baselines are fitted on (the last EvalTrainWindow trained
+	// samples); evaluator and evalJobs run it (evalhook.go).
+	heldSet, trainWin *sampleRing
+	evaluator         CheckpointEvaluator
+	evalJobs          chan *CheckpointEval
+
 	// restoreDone: the checkpoint is restored (/healthz answers ok).
 	restoreDone atomic.Bool
 	// ready is closed once the trainer serves (Ready); addr is then set.
@@ -107,7 +115,8 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 	}
 	o := collect(opts)
 	t := &Trainer{cfg: cfg, log: o.logger("trainer"), ln: o.ln, be: o.be, wrapCH: o.wrapCH,
-		offsets: map[int32]int64{}, cells: map[string]int32{}, ready: make(chan struct{})}
+		offsets: map[int32]int64{}, cells: map[string]int32{}, ready: make(chan struct{}),
+		heldSet: newSampleRing(cfg.HeldoutWindow), trainWin: newSampleRing(cfg.EvalTrainWindow), evaluator: o.evaluator}
 	if err := t.loadHTTPSecurity(); err != nil {
 		return nil, err
 	}
@@ -214,12 +223,15 @@ func (t *Trainer) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return t.generations(gctx, cg, gens) })
 	g.Go(func() error { t.pollLag(gctx); return nil })
+	stopEvals := t.startEvals(ctx)
 	g.Go(func() error {
 		err := t.loop(gctx, gens, msgs)
 		cg.Close()
 		return err
 	})
-	return g.Wait()
+	err = g.Wait()
+	stopEvals()
+	return err
 }
 
 // openClickHouse applies the ClickHouse migrations to the trainer's database

@@ -141,7 +141,7 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 	emit(200)
 	want := map[string]bool{}
 	for _, s := range all {
-		if !IsHeldOut(s.SampleID, 0.1) {
+		if !isHeldOutSample(s, 0.1) {
 			want[s.SampleID] = true
 		}
 	}
@@ -268,7 +268,7 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 	}
 	want := 0
 	for _, s := range samples {
-		if !IsHeldOut(s.SampleID, 0.15) {
+		if !isHeldOutSample(s, 0.15) {
 			want++
 		}
 	}

@@ -1,0 +1,312 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Evaluation every checkpoint. After each checkpoint is saved and published,
+// the trainer scores that checkpoint's models on the held-out set (the last
+// HeldoutWindow samples of held-out groups, never trained on) and hands
+// them, with the training window (the last EvalTrainWindow trained samples,
+// on which the baselines are fitted), to the CheckpointEvaluator given with
+// WithCheckpointEvaluator; `harnessflow train` gives trainer/eval's
+// (eval.CheckpointEvaluator: the four trivial baselines, group-bootstrap
+// intervals, the verdict). trainer/eval imports trainer, so the trainer
+// knows it only through this hook.
+//
+// The model's predictions are computed in the training loop right after the
+// save, from the live weights (then the checkpoint's; /v1/score waits per
+// batch of 256 rows); the evaluation itself (fitting baselines,
+// bootstrapping) and the write of its critic_evals rows run on one
+// goroutine of their own, so training goes on meanwhile. One evaluation runs
+// at a time and at most one waits: a checkpoint written while one waits
+// replaces it (the skipped one is logged). After each evaluation the
+// checkpoint's verdict goes to the serving side (warming until it beats its
+// baselines), its summary to the log and the hf_trainer_eval_* gauges. An
+// evaluation that fails, panics or cannot be written is logged and counted
+// (hf_trainer_eval_failures_total), never fatal: training and checkpoints go
+// on. On stop, the evaluation in progress or waiting finishes (at most
+// evalStopGrace after the stop) before Run returns.
+
+// Metric names of critic_evals rows (trainer/eval's, plus the coverages).
+const (
+	EvalRMSE     = "rmse"
+	EvalSpearman = "spearman"
+	EvalNLL      = "nll"
+	EvalMacroF1  = "macro_f1"
+	EvalCover1   = "cover_1sigma"
+	EvalCover2   = "cover_2sigma"
+)
+
+// EvalPrediction is the checkpoint's forecast for one held-out row, its
+// ensemble combined as eval.ModelPredictions does: Mean the mean of the
+// members' means, Std the mixture's sqrt(mean variance + variance of means),
+// Probs the mean label probabilities (negative, neutral, positive).
+type EvalPrediction struct {
+	Mean, Std float64
+	Probs     [3]float64
+}
+
+// CheckpointEval is what a CheckpointEvaluator evaluates: one checkpoint's
+// predictions on the held-out rows, and the training window to fit
+// baselines on. The samples are shared, not copied: do not modify them.
+type CheckpointEval struct {
+	// Trainer is Config.Name; ModelVersion and CheckpointSHA256 name the
+	// checkpoint (the sha256 of its file as saved).
+	Trainer, ModelVersion, CheckpointSHA256 string
+	// Step and SamplesTrained are the checkpoint's.
+	Step, SamplesTrained int64
+	// GroupKey is Config.HeldoutGroupKey: the key the held-out set was
+	// split by, and the one to resample.
+	GroupKey string
+	// Heldout are the held-out rows, oldest first; Model has the
+	// checkpoint's prediction for each, in the same order.
+	Heldout []*schemas.LabeledSample
+	Model   []EvalPrediction
+	// Train is the recent training window, oldest first.
+	Train []*schemas.LabeledSample
+}
+
+// EvalMetric is one predictor's metric: its value on all held-out rows and
+// its interval.
+type EvalMetric struct {
+	// Predictor is "model" or a baseline's name; Metric one of the Eval*
+	// names.
+	Predictor, Metric string
+	Value, Low, High  float64
+}
+
+// EvalComparison is model − best baseline on one metric.
+type EvalComparison struct {
+	Metric, Baseline string
+	Diff, Low, High  float64
+	Verdict          string
+}
+
+// EvalResult is a checkpoint's evaluation.
+type EvalResult struct {
+	// Verdict is VerdictBeats or VerdictNoSignal ("no signal yet").
+	Verdict string
+	// HeldoutRows and HeldoutGroups count the rows evaluated and their
+	// groups.
+	HeldoutRows, HeldoutGroups int
+	// Metrics has one entry per (predictor, metric) that applies.
+	Metrics []EvalMetric
+	// Comparisons are the model's paired differences with the best
+	// baseline of each metric.
+	Comparisons []EvalComparison
+	// Note says why there is no verdict ("" when there is one).
+	Note string
+}
+
+// VerdictNoSignal is the verdict of a checkpoint that does not (yet) beat
+// its baselines (trainer/eval's VerdictNoSignal).
+const VerdictNoSignal = "no signal yet"
+
+// CheckpointEvaluator evaluates one checkpoint. It runs on the trainer's
+// evaluation goroutine, one call at a time; ctx ends when the evaluation
+// must stop.
+type CheckpointEvaluator func(ctx context.Context, in *CheckpointEval) (*EvalResult, error)
+
+// WithCheckpointEvaluator evaluates every checkpoint with f and writes the
+// result to ClickHouse's critic_evals table. Default: none (checkpoints
+// are not evaluated; /v1/score stays warming).
+func WithCheckpointEvaluator(f CheckpointEvaluator) Option {
+	return func(o *options) { o.evaluator = f }
+}
+
+const (
+	// evalTimeout bounds one evaluation with its write.
+	evalTimeout = 2 * time.Minute
+	// evalStopGrace is how long an evaluation may go on after Run's
+	// context ends.
+	evalStopGrace = 15 * time.Second
+	// evalPredictBatch is the rows scored per hold of t.mu.
+	evalPredictBatch = 256
+)
+
+// criticEvalsInsert writes critic_evals rows
+// (infra/chddl/0005_critic_evals.sql).
+const criticEvalsInsert = `INSERT INTO critic_evals (trainer, model_version, checkpoint_sha256, step, samples_trained,
+  heldout_rows, heldout_groups, predictor, metric, value, ci_low, ci_high, verdict, evaluated_at)`
+
+// startEvals starts the evaluation goroutine (when there is an evaluator)
+// and returns the function that stops it: it lets the evaluation in
+// progress and the one waiting finish, and returns once they have.
+func (t *Trainer) startEvals(ctx context.Context) (stop func()) {
+	if t.evaluator == nil {
+		return func() {}
+	}
+	jobs := make(chan *CheckpointEval, 1)
+	done := make(chan struct{})
+	t.evalJobs = jobs
+	go func() {
+		defer close(done)
+		for job := range jobs {
+			t.runEval(ctx, job)
+		}
+	}()
+	return func() {
+		close(jobs)
+		<-done
+		t.evalJobs = nil
+	}
+}
+
+// submitEval queues ck's evaluation: the held-out set's predictions by the
+// live models (ck's weights, just saved), and snapshots of the held-out set
+// and the training window. Called by the training loop after ck is saved.
+func (t *Trainer) submitEval(ck *Checkpoint) {
+	if t.evalJobs == nil {
+		return
+	}
+	if t.heldSet.len() == 0 {
+		t.log.Info().Str("model_version", ck.ModelVersion).Str("group_key", t.cfg.HeldoutGroupKey).
+			Msg("checkpoint not evaluated: no held-out samples yet (they arrive with their groups; see --heldout-fraction)")
+		return
+	}
+	job := &CheckpointEval{Trainer: t.cfg.Name, ModelVersion: ck.ModelVersion, CheckpointSHA256: ck.FileSHA256(),
+		Step: ck.Step, SamplesTrained: ck.SamplesTrained, GroupKey: t.cfg.HeldoutGroupKey,
+		Heldout: t.heldSet.snapshot(), Train: t.trainWin.snapshot()}
+	job.Model = t.predictEval(job.Heldout)
+	select {
+	case t.evalJobs <- job:
+	default:
+		select {
+		case old := <-t.evalJobs:
+			t.log.Warn().Str("model_version", old.ModelVersion).Str("replaced_by", job.ModelVersion).
+				Msg("checkpoint evaluation skipped: the previous evaluation was still running when a newer checkpoint came")
+		default:
+		}
+		t.evalJobs <- job // only this goroutine sends, and the slot is free
+	}
+}
+
+// predictEval scores rows with the live models (see EvalPrediction), a
+// batch at a time under t.mu. Called by the training loop only, so the
+// models do not change meanwhile.
+func (t *Trainer) predictEval(rows []*schemas.LabeledSample) []EvalPrediction {
+	out := make([]EvalPrediction, len(rows))
+	for lo := 0; lo < len(rows); lo += evalPredictBatch {
+		hi := min(lo+evalPredictBatch, len(rows))
+		ins := make([]*Input, hi-lo)
+		for i, s := range rows[lo:hi] {
+			ins[i] = &Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
+				Agent: s.AgentModel, Benchmark: s.Benchmark}
+		}
+		t.mu.Lock()
+		per := make([][]Prediction, len(t.models))
+		for k, m := range t.models {
+			per[k] = m.Predict(ins)
+		}
+		t.mu.Unlock()
+		k := float64(len(per))
+		for i := range ins {
+			var mean, sq, v float64
+			p := &out[lo+i]
+			for _, mp := range per {
+				q := mp[i]
+				mean += q.Mean / k
+				sq += q.Mean * q.Mean / k
+				v += q.Std * q.Std / k
+				for c := range q.Probs {
+					p.Probs[c] += q.Probs[c] / k
+				}
+			}
+			p.Mean, p.Std = mean, math.Sqrt(v+math.Max(0, sq-mean*mean))
+		}
+	}
+	return out
+}
+
+// runEval evaluates job, writes its rows, and passes its verdict on. It
+// never fails: every fault is logged and counted.
+func (t *Trainer) runEval(runCtx context.Context, job *CheckpointEval) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), evalTimeout)
+	defer cancel()
+	stopGrace := context.AfterFunc(runCtx, func() { time.AfterFunc(evalStopGrace, cancel) })
+	defer stopGrace()
+	fail := func(err error, what string) {
+		t.metrics.evalFailures.Inc()
+		t.log.Error().Err(err).Str("model_version", job.ModelVersion).Int64("step", job.Step).
+			Msg(what + "; training goes on, and the next checkpoint is evaluated afresh")
+	}
+	res, err := t.callEvaluator(ctx, job)
+	if err != nil {
+		fail(err, "checkpoint evaluation failed")
+		return
+	}
+	t.serving.setVerdict(job.ModelVersion, res.Verdict)
+	t.metrics.observeEval(res)
+	ev := t.log.Info().Str("model_version", job.ModelVersion).Str("checkpoint_sha256", job.CheckpointSHA256).
+		Int64("step", job.Step).Int64("samples_trained", job.SamplesTrained).Int("heldout_rows", res.HeldoutRows).
+		Int("heldout_groups", res.HeldoutGroups).Int("train_window", len(job.Train)).Str("verdict", res.Verdict)
+	for _, c := range res.Comparisons {
+		if c.Metric == EvalRMSE || c.Metric == EvalSpearman {
+			ev = ev.Str(c.Metric+"_best_baseline", c.Baseline).Float64(c.Metric+"_diff", c.Diff).
+				Float64(c.Metric+"_diff_low", c.Low).Float64(c.Metric+"_diff_high", c.High)
+		}
+	}
+	if res.Note != "" {
+		ev = ev.Str("note", res.Note)
+	}
+	ev.Dur("took", time.Since(start)).Msg("checkpoint evaluated")
+	if err := t.writeEvals(ctx, job, res); err != nil {
+		fail(err, "write critic_evals rows failed")
+	}
+}
+
+// callEvaluator calls the evaluator, turning a panic into an error, and
+// checks its result.
+func (t *Trainer) callEvaluator(ctx context.Context, job *CheckpointEval) (res *EvalResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("evaluator panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	res, err = t.evaluator(ctx, job)
+	if err == nil && res == nil {
+		err = errors.New("evaluator returned no result")
+	}
+	return res, err
+}
+
+// writeEvals writes res as critic_evals rows, one per (predictor, metric)
+// whose value is defined, retrying transient failures like flushRows.
+func (t *Trainer) writeEvals(ctx context.Context, job *CheckpointEval, res *EvalResult) error {
+	at := time.Now().UTC()
+	op := func() error {
+		b, err := t.ch.PrepareBatch(ctx, criticEvalsInsert)
+		if err != nil {
+			return classify(err)
+		}
+		for _, m := range res.Metrics {
+			if math.IsNaN(m.Value) {
+				continue
+			}
+			if err := b.Append(job.Trainer, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
+				uint32(res.HeldoutRows), uint32(res.HeldoutGroups), m.Predictor, m.Metric, m.Value, m.Low, m.High, res.Verdict, at); err != nil {
+				_ = b.Abort()
+				return backoff.Permanent(fmt.Errorf("append critic_evals row %s/%s: %w", m.Predictor, m.Metric, err))
+			}
+		}
+		return classify(b.Send())
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, time.Minute
+	if err := backoff.Retry(op, backoff.WithContext(bo, ctx)); err != nil {
+		return fmt.Errorf("write %d critic_evals rows of %s (is the critic_evals migration, infra/chddl/0005, applied?): %w",
+			len(res.Metrics), job.ModelVersion, err)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package trainer
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// Held-out split by group. The service holds out whole groups of samples,
+// never single samples: the sibling samples of one simulated round (the
+// cells' updates of that round, of one campaign and seed) share their tasks
+// and baseline, so a per-sample split lets the model memorise a round from
+// its training siblings and score it as if unseen. The key names, the group
+// names and the hash are trainer/eval's (eval.GroupKey, eval.Split with seed
+// 0), so `harnessflow critic-eval --group-key K --group-heldout-fraction F
+// --split-seed 0` reproduces the service's split exactly (trainer/eval's
+// service_test checks it); trainer/eval imports trainer, not the reverse,
+// which is why they are repeated here.
+
+// Group keys of Config.HeldoutGroupKey (eval.ByCampaign, eval.ByCampaignSeed,
+// eval.ByCell).
+const (
+	// GroupByCampaign holds out whole campaigns.
+	GroupByCampaign = "campaign"
+	// GroupByCampaignSeed holds out whole (campaign id, seed) groups: every
+	// cell of one campaign and seed sees the same tasks, so a round's
+	// siblings stay on one side. The default.
+	GroupByCampaignSeed = "campaign+seed"
+	// GroupByCell holds out whole cells (does NOT keep a round's siblings
+	// together).
+	GroupByCell = "cell"
+)
+
+// checkGroupKey reports whether key is a known group key.
+func checkGroupKey(key string) error {
+	switch key {
+	case GroupByCampaign, GroupByCampaignSeed, GroupByCell:
+		return nil
+	}
+	return fmt.Errorf("held-out group key %q: want campaign, campaign+seed or cell", key)
+}
+
+// GroupOf returns s's held-out group under key, as eval.GroupKey.Of names it:
+// campaign → "campaign:<id>", campaign+seed (or "") → "campaign:<id>/seed:<n>",
+// cell → "cell:<cell>"; a sample without a campaign falls back to
+// "cell:<cell>", and without a cell either to "sample:<id>".
+func GroupOf(key string, s *schemas.LabeledSample) string {
+	switch key {
+	case GroupByCampaign:
+		if s.CampaignID != "" {
+			return "campaign:" + s.CampaignID
+		}
+	case GroupByCampaignSeed, "":
+		if s.CampaignID != "" {
+			return "campaign:" + s.CampaignID + "/seed:" + strconv.Itoa(int(s.Seed))
+		}
+	}
+	if s.CellID != "" {
+		return "cell:" + s.CellID
+	}
+	return "sample:" + s.SampleID
+}
+
+// IsHeldOutGroup reports whether group falls in the held-out fraction:
+// u = splitmix64(FNV-1a 64 of group XOR splitmix64(0)) reduced to [0, 1)
+// with 2^-53 resolution, held out when u < fraction (eval.Split's hash with
+// seed 0). Stable across runs, restarts and processes.
+func IsHeldOutGroup(group string, fraction float64) bool {
+	if fraction <= 0 {
+		return false
+	}
+	h := fnv.New64a()
+	h.Write([]byte(group))
+	u := float64(splitmix64(h.Sum64()^splitmix64(0))>>11) / (1 << 53)
+	return u < fraction
+}
+
+// splitmix64 is splitmix64's output function.
+func splitmix64(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// sampleRing keeps the most recent cap samples (FIFO eviction), for the
+// held-out set and the training window of the checkpoint evaluation. Owned
+// by the training loop.
+type sampleRing struct {
+	cap  int
+	buf  []*schemas.LabeledSample
+	next int
+}
+
+func newSampleRing(capacity int) *sampleRing { return &sampleRing{cap: capacity} }
+
+func (r *sampleRing) add(s *schemas.LabeledSample) {
+	if r.cap <= 0 {
+		return
+	}
+	if len(r.buf) < r.cap {
+		r.buf = append(r.buf, s)
+		return
+	}
+	r.buf[r.next] = s
+	r.next = (r.next + 1) % r.cap
+}
+
+func (r *sampleRing) len() int { return len(r.buf) }
+
+// snapshot returns the samples oldest first, in a new slice (the samples
+// themselves are never modified, so they are shared).
+func (r *sampleRing) snapshot() []*schemas.LabeledSample {
+	out := make([]*schemas.LabeledSample, 0, len(r.buf))
+	out = append(out, r.buf[r.next:]...)
+	return append(out, r.buf[:r.next]...)
+}
