@@ -15,6 +15,7 @@ import (
 	"github.com/harnessflow/harnessflow/internal/obs"
 	"github.com/harnessflow/harnessflow/internal/proc"
 	"github.com/harnessflow/harnessflow/trainer"
+	"github.com/harnessflow/harnessflow/trainer/eval"
 )
 
 func init() { register(newTrainCmd) }
@@ -25,6 +26,7 @@ func newTrainCmd() *cobra.Command {
 	var lr float64
 	var nice int
 	var memLimit string
+	evalCfg := eval.Config{Level: 0.95} // Key: the trainer's --heldout-group-key
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Run the continuous trainer: consume hf.samples, train the reward model, serve /v1/score",
@@ -41,7 +43,17 @@ LightRFT's protocol; trainer/README.md); with --score-token-file both require
 "Authorization: Bearer TOKEN", and with
 --tls-cert and --tls-key the API is served over HTTPS only. /healthz answers 200
 while the process runs; /readyz answers 503 naming what is unreachable while no
-Kafka broker or ClickHouse answers.`,
+Kafka broker or ClickHouse answers.
+
+Held-out evaluation: every sample of a held-out group (--heldout-group-key, default
+campaign+seed, so the sibling samples of a round stay together; --heldout-fraction of
+the groups, by hash) is never trained on. At each checkpoint the checkpoint's model is
+scored on the last --heldout-window held-out samples beside four trivial baselines
+(median effect, majority label, per-(evolver, agent, benchmark) mean, evidence-score
+regression) fitted on the last --eval-train-window trained samples, with intervals from
+--eval-resamples bootstrap resamples of the held-out groups; the rows go to ClickHouse's
+critic_evals table with the verdict ("beats baselines", or "no signal yet", always with
+fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warming".`,
 		Example: "  harnessflow train --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000 --checkpoint-dir ./.harnessflow/trainer",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -51,7 +63,10 @@ Kafka broker or ClickHouse answers.`,
 			if err := proc.SetNice(nice); err != nil {
 				return withCode(2, err)
 			}
-			t, err := trainer.New(cfg, trainer.WithLogger(log))
+			if err := evalCfg.Validate(); err != nil {
+				return withCode(2, fmt.Errorf("--eval-resamples, --eval-min-groups: %w", err))
+			}
+			t, err := trainer.New(cfg, trainer.WithLogger(log), trainer.WithCheckpointEvaluator(eval.CheckpointEvaluator(evalCfg)))
 			if err != nil {
 				return withCode(2, err)
 			}
@@ -104,7 +119,12 @@ Kafka broker or ClickHouse answers.`,
 	f.IntVar(&cfg.Model.Buckets, "buckets", d.Model.Buckets, "hashed n-gram buckets")
 	f.IntVar(&cfg.Model.Dim, "dim", d.Model.Dim, "embedding width")
 	f.IntVar(&cfg.Model.Hidden, "hidden", d.Model.Hidden, "hidden layer width")
-	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", d.HeldoutFraction, "share of sample ids held out for evaluation (negative disables)")
+	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", d.HeldoutFraction, "share of groups (--heldout-group-key) whose samples are held out of training for evaluation (negative disables)")
+	f.StringVar(&cfg.HeldoutGroupKey, "heldout-group-key", d.HeldoutGroupKey, "group of the held-out split: campaign, campaign+seed or cell (a group's samples are all on one side)")
+	f.IntVar(&cfg.HeldoutWindow, "heldout-window", d.HeldoutWindow, "held-out samples kept in memory (the most recent): each checkpoint is evaluated on them")
+	f.IntVar(&cfg.EvalTrainWindow, "eval-train-window", d.EvalTrainWindow, "recent trained samples kept in memory to fit the evaluation's baselines on")
+	f.IntVar(&evalCfg.Resamples, "eval-resamples", 1000, "bootstrap resamples of the held-out groups per checkpoint evaluation")
+	f.IntVar(&evalCfg.MinGroups, "eval-min-groups", 10, "fewest held-out groups a checkpoint's verdict may rest on")
 	return cmd
 }
 
