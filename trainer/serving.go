@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,7 +83,8 @@ type servingState struct {
 	// cur is the published checkpoint served by default; pinned caches one
 	// other version a request pinned. Either is nil until first needed.
 	cur, pinned *servedSet
-	// verdicts maps a model version to its evaluation verdict.
+	// verdicts maps a model version to its evaluation verdict (the newest
+	// maxVerdicts versions).
 	verdicts map[string]string
 	// loadErr says why the last publish could not be served ("" when it was).
 	loadErr string
@@ -97,6 +99,36 @@ func (s *servingState) setVerdict(modelVersion, verdict string) {
 		s.verdicts = map[string]string{}
 	}
 	s.verdicts[modelVersion] = verdict
+}
+
+// maxVerdicts bounds the verdicts remembered: beyond it the oldest
+// versions' (by index) are forgotten (a version that old is no longer kept
+// with any sensible CheckpointKeep, so it cannot be served or pinned).
+const maxVerdicts = 1024
+
+// pruneVerdicts forgets the oldest verdicts beyond maxVerdicts; index
+// parses a version's index (versions it cannot parse go first). Call with
+// s.mu held.
+func (s *servingState) pruneVerdicts(index func(string) (int64, bool)) {
+	if len(s.verdicts) <= maxVerdicts {
+		return
+	}
+	type vi struct {
+		v string
+		i int64
+	}
+	all := make([]vi, 0, len(s.verdicts))
+	for v := range s.verdicts {
+		i, ok := index(v)
+		if !ok {
+			i = -1
+		}
+		all = append(all, vi{v, i})
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a].i < all[b].i || all[a].i == all[b].i && all[a].v < all[b].v })
+	for _, x := range all[:len(all)-maxVerdicts] {
+		delete(s.verdicts, x.v)
+	}
 }
 
 // warming says whether answers of version are warming: its verdict is not
@@ -200,18 +232,7 @@ func (t *Trainer) serveCheckpoint(ck *Checkpoint) error {
 	if s.pinned != nil && s.pinned.version == set.version {
 		s.pinned.version = ""
 	}
-	// Verdicts of versions no longer kept can never be served again.
-	if kept, err := t.keptVersions(); err == nil && len(s.verdicts) > len(kept)+1 {
-		keep := map[string]bool{set.version: true}
-		for _, v := range kept {
-			keep[v] = true
-		}
-		for v := range s.verdicts {
-			if !keep[v] {
-				delete(s.verdicts, v)
-			}
-		}
-	}
+	s.pruneVerdicts(t.versionIndex)
 	return nil
 }
 

@@ -520,3 +520,24 @@ func TestCheckpointServesIdleTrainer(t *testing.T) {
 		t.Fatalf("served %s %s (ServedVersion %s %s)", s.ModelVersion, s.CheckpointSHA256, v, sha)
 	}
 }
+
+// TestVerdictsBounded: beyond maxVerdicts the oldest versions' verdicts are
+// forgotten, the newest kept.
+func TestVerdictsBounded(t *testing.T) {
+	tr, err := freshTrainer(t, Config{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &tr.serving
+	for i := 1; i <= maxVerdicts+10; i++ {
+		s.setVerdict(tr.versionName(int64(i)), VerdictBeats)
+	}
+	s.setVerdict("junk", VerdictBeats)
+	s.mu.Lock()
+	s.pruneVerdicts(tr.versionIndex)
+	n := len(s.verdicts)
+	s.mu.Unlock()
+	if n != maxVerdicts || !s.warming("junk") || !s.warming("b-v10") || s.warming("b-v11") || s.warming(tr.versionName(maxVerdicts+10)) {
+		t.Fatalf("%d verdicts kept; junk warming %v, b-v10 %v, b-v11 %v", n, s.warming("junk"), s.warming("b-v10"), s.warming("b-v11"))
+	}
+}
