@@ -28,9 +28,13 @@ ENVELOPE = ("event_id", "event_time", "project", "source")
 DERIVED = {"labeled_sample", "round_metrics", "rejected", "checkpoint_published"}
 
 
-def newest_schemas() -> Path:
-    versions = sorted((p for p in SCHEMAS.iterdir() if re.fullmatch(r"v\d+", p.name)), key=lambda p: int(p.name[1:]))
-    return versions[-1]
+def version_dirs() -> List[Path]:
+    return sorted((p for p in SCHEMAS.iterdir() if re.fullmatch(r"v\d+", p.name)), key=lambda p: int(p.name[1:]))
+
+
+def newest_schema(name: str) -> Path:
+    """The newest v<N>/<name>.avsc: each event type is versioned on its own."""
+    return [d / f"{name}.avsc" for d in version_dirs() if (d / f"{name}.avsc").is_file()][-1]
 
 
 def load_generator():
@@ -81,14 +85,14 @@ class TestHelpersMatchSchemas(unittest.TestCase):
         self.assertEqual(got, want, "harnessflow/events.py is stale: run python3 producers/python/tools/gen_events.py")
 
     def test_every_raw_type_has_a_helper(self) -> None:
-        names = sorted(p.stem for p in newest_schemas().glob("*.avsc"))
+        names = sorted({p.stem for d in version_dirs() for p in d.glob("*.avsc")})
         self.assertEqual(sorted(events.TYPES), sorted(n for n in names if n not in DERIVED))
         for name in names:
             self.assertEqual(hasattr(events, name), name not in DERIVED, name)
 
     def test_parameters_follow_the_schema(self) -> None:
         for name in events.TYPES:
-            schema = json.loads((newest_schemas() / f"{name}.avsc").read_text(encoding="utf-8"))
+            schema = json.loads(newest_schema(name).read_text(encoding="utf-8"))
             with self.subTest(type=name):
                 self.check_record(getattr(events, name), schema, envelope=True)
                 for f in schema["fields"]:

@@ -66,21 +66,25 @@ PRIMITIVES = {
 }
 
 
-def newest_version(schema_root: Path) -> Path:
-    """Return the newest schemas/avro/v<N> folder."""
-    versions = [p for p in schema_root.iterdir() if p.is_dir() and re.fullmatch(r"v\d+", p.name)]
-    if not versions:
-        raise SystemExit(f"gen_events: no v<N> folder under {schema_root}")
-    return max(versions, key=lambda p: int(p.name[1:]))
+def newest_schema(schema_root: Path, name: str) -> Path:
+    """Return the newest schemas/avro/v<N>/<name>.avsc (each type is versioned on its own)."""
+    found = [
+        p / (name + ".avsc")
+        for p in schema_root.iterdir()
+        if p.is_dir() and re.fullmatch(r"v\d+", p.name) and (p / (name + ".avsc")).is_file()
+    ]
+    if not found:
+        raise SystemExit(f"gen_events: no v<N>/{name}.avsc under {schema_root}")
+    return max(found, key=lambda p: int(p.parent.name[1:]))
 
 
-def load(schema_dir: Path) -> Dict[str, Dict[str, Any]]:
-    """Load the .avsc files of the raw types, keyed by type name."""
+def load(schema_root: Path) -> Dict[str, Tuple[Dict[str, Any], str]]:
+    """Load the newest .avsc of each raw type: name -> (schema, its v<N> folder name)."""
     out = {}
     for name in RAW_TYPES:
-        path = schema_dir / (name + ".avsc")
+        path = newest_schema(schema_root, name)
         with open(path, encoding="utf-8") as f:
-            out[name] = json.load(f)
+            out[name] = (json.load(f), path.parent.name)
     return out
 
 
@@ -312,10 +316,12 @@ def _timestamp(value: Optional[Timestamp]) -> Union[None, int, str]:
 
 
 def render(schema_root: Path = DEFAULT_SCHEMAS) -> str:
-    """Return the text of events.py for the newest schema version under schema_root."""
-    vdir = newest_version(schema_root)
-    records = load(vdir)
-    out = PRELUDE.format(version=vdir.name, number=vdir.name[1:], types=repr(RAW_TYPES)).splitlines()
+    """Return the text of events.py for the newest version of each raw type under schema_root."""
+    loaded = load(schema_root)
+    records = {name: rec for name, (rec, _) in loaded.items()}
+    origin = {name: f"schemas/avro/{v}/{name}.avsc" for name, (_, v) in loaded.items()}
+    newest = max((v for _, v in loaded.values()), key=lambda v: int(v[1:]))
+    out = PRELUDE.format(version=newest, number=newest[1:], types=repr(RAW_TYPES)).splitlines()
     # Enum symbol tuples, each once, in order of appearance.
     enums: Dict[str, Dict[str, Any]] = {}
     nested: Dict[str, Tuple[Dict[str, Any], str]] = {}
@@ -332,7 +338,7 @@ def render(schema_root: Path = DEFAULT_SCHEMAS) -> str:
                 collect(sub, where, f"{path}.{f['name']}[]")
 
     for name in RAW_TYPES:
-        collect(records[name], f"schemas/avro/{vdir.name}/{name}.avsc", name)
+        collect(records[name], origin[name], name)
     out.append("")
     for e in enums.values():
         out.append("")
@@ -346,7 +352,7 @@ def render(schema_root: Path = DEFAULT_SCHEMAS) -> str:
         out += helper(snake(rec_name), rec, req, where, envelope=False)
     for name in RAW_TYPES:
         out += ["", ""]
-        out += helper(name, records[name], JSON_REQUIRED[name], f"schemas/avro/{vdir.name}/{name}.avsc", envelope=True)
+        out += helper(name, records[name], JSON_REQUIRED[name], origin[name], envelope=True)
     return "\n".join(out) + "\n"
 
 
