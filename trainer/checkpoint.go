@@ -44,6 +44,9 @@ type Checkpoint struct {
 	CellVersions map[string]int32
 	// Heldout is the held-out evaluation window.
 	Heldout []HeldoutRecord
+	// FirstGroup is the held-out group trained on because it came first
+	// (Trainer.holdOut); "" when there is none. Absent in older files.
+	FirstGroup string
 	// CreatedAt is when the checkpoint was written.
 	CreatedAt time.Time
 	// Models are the ensemble members' states (weights travel after the

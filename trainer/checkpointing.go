@@ -43,6 +43,7 @@ func (t *Trainer) restore(ctx context.Context) error {
 			t.cells = ck.CellVersions
 		}
 		t.heldout = ck.Heldout
+		t.firstGroup, t.trainedAny = ck.FirstGroup, ck.SamplesTrained > 0 || ck.FirstGroup != ""
 		t.restored = true
 		t.log.Info().Str("checkpoint", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
 			Interface("offsets", ck.Offsets).Msg("restored checkpoint; reading from its offsets")
@@ -94,7 +95,7 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	idx := max(t.index, t.store.MaxIndex()) + 1
 	ck := &Checkpoint{
 		Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", t.cfg.Name, idx), Step: t.step, SamplesTrained: t.trained,
-		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells,
+		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells, FirstGroup: t.firstGroup,
 		Heldout: t.heldout, CreatedAt: time.Now().UTC(),
 	}
 	for p, o := range t.offsets {

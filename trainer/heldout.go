@@ -16,8 +16,10 @@ import (
 // names and the hash are trainer/eval's (eval.GroupKey, eval.Split with seed
 // 0), so `harnessflow critic-eval --group-key K --group-heldout-fraction F
 // --split-seed 0` reproduces the service's split exactly (trainer/eval's
-// service_test checks it); trainer/eval imports trainer, not the reverse,
-// which is why they are repeated here.
+// service_test checks it) — except for the one group the service trains on
+// although it hashes into the fraction because it came first (Trainer.holdOut,
+// logged and kept in checkpoints as FirstGroup); trainer/eval imports
+// trainer, not the reverse, which is why they are repeated here.
 
 // Group keys of Config.HeldoutGroupKey (eval.ByCampaign, eval.ByCampaignSeed,
 // eval.ByCell).

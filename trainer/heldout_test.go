@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/harnessflow/harnessflow/schemas"
+	"github.com/harnessflow/harnessflow/trainer/backend"
 )
 
 // isHeldOutSample is the trainer's held-out predicate for s at fraction
@@ -110,5 +111,94 @@ func TestConfigRejectsUnknownGroupKey(t *testing.T) {
 	}
 	if d := DefaultConfig(); d.HeldoutGroupKey != GroupByCampaignSeed || d.EvalTrainWindow != 5000 || d.HeldoutWindow != 2000 {
 		t.Fatalf("defaults: key %q, train window %d, held-out window %d", d.HeldoutGroupKey, d.EvalTrainWindow, d.HeldoutWindow)
+	}
+}
+
+// TestFirstGroupTrainsEvenIfHeldOut: a stream whose first group hashes into
+// the held-out fraction is trained on (else a one-group stream, as `up
+// --demo` sends, never trains); every later held-out group is held out;
+// the exception is kept in the checkpoint file.
+func TestFirstGroupTrainsEvenIfHeldOut(t *testing.T) {
+	tr, err := newIdleTrainer(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.cfg.HeldoutFraction = 0.9
+	tr.heldSet, tr.trainWin = newSampleRing(100000), newSampleRing(100000)
+	samples := genSamples(rand.New(rand.NewPCG(3, 4)), 0, 480) // 40 groups of one round each
+	// Start the stream with a group in the fraction.
+	first := -1
+	for i, s := range samples {
+		if isHeldOutSample(s, 0.9) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		t.Fatal("no group in the held-out fraction")
+	}
+	samples = append(samples[first:], samples[:first]...)
+	firstGroup := GroupOf(GroupByCampaignSeed, samples[0])
+	batch := make([]sampleMsg, len(samples))
+	for i, s := range samples {
+		batch[i] = sampleMsg{part: 0, off: int64(i), s: s}
+	}
+	in, err := tr.intake(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.firstGroup != firstGroup {
+		t.Fatalf("first group %q, want %q", tr.firstGroup, firstGroup)
+	}
+	nFirst := 0
+	for _, s := range tr.trainWin.snapshot() {
+		g := GroupOf(GroupByCampaignSeed, s)
+		if g == firstGroup {
+			nFirst++
+		} else if isHeldOutSample(s, 0.9) {
+			t.Fatalf("%s of held-out group %s trained", s.SampleID, g)
+		}
+	}
+	for _, s := range tr.heldSet.snapshot() {
+		if GroupOf(GroupByCampaignSeed, s) == firstGroup || !isHeldOutSample(s, 0.9) {
+			t.Fatalf("%s held out wrongly", s.SampleID)
+		}
+	}
+	if nFirst == 0 || len(in.held) == 0 {
+		t.Fatalf("%d samples of the first group trained, %d held out", nFirst, len(in.held))
+	}
+
+	// A trainer that has trained (or restored a checkpoint that has) holds
+	// a held-out first group out.
+	tr2, err := newIdleTrainer(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr2.cfg.HeldoutFraction = 0.9
+	tr2.trainedAny = true
+	if !tr2.holdOut(samples[0]) || tr2.firstGroup != "" {
+		t.Fatal("a trained trainer took a held-out group for its first")
+	}
+
+	// The exception survives a checkpoint file.
+	m, err := NewModel(backend.NewCPU(), smallModel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := NewCheckpointStore(t.TempDir(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := store.Save(&Checkpoint{Index: 1, ModelVersion: "v1", Topic: schemas.TopicSamples, FirstGroup: firstGroup,
+		Models: []ModelState{m.State()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := ReadCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.FirstGroup != firstGroup {
+		t.Fatalf("checkpoint's first group %q, want %q", ck.FirstGroup, firstGroup)
 	}
 }

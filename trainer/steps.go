@@ -8,6 +8,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // stepsInsert writes trainer_steps rows (the table is defined by the
@@ -135,7 +136,7 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 		}
 		ex := Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
 			Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: label}
-		if IsHeldOutGroup(GroupOf(t.cfg.HeldoutGroupKey, s), t.cfg.HeldoutFraction) {
+		if t.holdOut(s) {
 			in.held = append(in.held, ex)
 			t.heldSet.add(s)
 			continue
@@ -147,6 +148,32 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 		in.staleM = append(in.staleM, float64(t.index-m.arrivedIndex))
 	}
 	return in, nil
+}
+
+// holdOut reports whether s is held out: its group (Config.HeldoutGroupKey)
+// falls in the held-out fraction — unless no sample has been trained on
+// yet, in which case that group becomes the trainer's first group and is
+// trained on instead, for good (t.firstGroup, kept in checkpoints). Without
+// that exception a stream of one group (one campaign and seed, as `up
+// --demo` sends) that hashes into the fraction would never be trained on;
+// with it, such a stream trains and is simply not evaluated until a
+// held-out group arrives. Owned by the training loop.
+func (t *Trainer) holdOut(s *schemas.LabeledSample) bool {
+	g := GroupOf(t.cfg.HeldoutGroupKey, s)
+	if g == t.firstGroup {
+		return false
+	}
+	if !IsHeldOutGroup(g, t.cfg.HeldoutFraction) {
+		t.trainedAny = true
+		return false
+	}
+	if t.trainedAny {
+		return true
+	}
+	t.firstGroup, t.trainedAny = g, true
+	t.log.Warn().Str("group", g).Str("group_key", t.cfg.HeldoutGroupKey).Float64("heldout_fraction", t.cfg.HeldoutFraction).
+		Msg("the first group falls in the held-out fraction: training on it instead (a stream of one group would otherwise never train); it is never evaluated on")
+	return false
 }
 
 // trainStep evaluates the held-out examples and trains every ensemble member

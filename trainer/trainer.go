@@ -88,8 +88,13 @@ type Trainer struct {
 	// window its baselines are fitted on (the last EvalTrainWindow trained
 	// samples); evaluator and evalJobs run it (evalhook.go).
 	heldSet, trainWin *sampleRing
-	evaluator         CheckpointEvaluator
-	evalJobs          chan *CheckpointEval
+	// firstGroup is the group trained on although it hashes into the
+	// held-out fraction, because it came before any trained sample ("" if
+	// none); trainedAny says a sample was admitted for training (holdOut).
+	firstGroup string
+	trainedAny bool
+	evaluator  CheckpointEvaluator
+	evalJobs   chan *CheckpointEval
 
 	// restoreDone: the checkpoint is restored (/healthz answers ok).
 	restoreDone atomic.Bool
