@@ -35,6 +35,9 @@ const (
 	spaceEvolver
 	spaceAgent
 	spaceBenchmark
+	spaceCrossBenchmark
+	spaceCrossAgent
+	spaceCrossKind
 )
 
 const (
@@ -66,6 +69,13 @@ func fnv1a(space byte, parts ...string) uint64 {
 // tables of CatBuckets rows for kind, evolver, agent and benchmark.
 type featurizer struct {
 	buckets, cat, maxText int
+	// crosses adds, into the text rows, each distinct update word crossed
+	// with the benchmark, with the agent and with the artifact kind
+	// (ModelConfig.Crosses): a row of its own per (word, context), so that
+	// advice which helps on one benchmark or agent and not on another has
+	// a weight of its own in each, additively, instead of only through
+	// the MLP's nonlinearity on the summed bag.
+	crosses bool
 }
 
 func (f featurizer) rows() int { return f.buckets + 4*f.cat }
@@ -134,6 +144,39 @@ func (f featurizer) features(idx []int32, w []float32, in *Input) ([]int32, []fl
 		row := f.buckets + i*f.cat + int(fnv1a(c.s, strings.ToLower(c.value))%uint64(f.cat))
 		idx = append(idx, int32(row))
 		w = append(w, 1)
+	}
+	if f.crosses {
+		idx, w = f.appendCrosses(idx, w, in)
+	}
+	return idx, w
+}
+
+// appendCrosses appends the update's distinct words crossed with the
+// benchmark, the agent and the kind, each family with weight 1/sqrt(count)
+// as appendText's families.
+func (f featurizer) appendCrosses(idx []int32, w []float32, in *Input) ([]int32, []float32) {
+	ws := words(clip(in.Update, f.maxText))
+	if len(ws) == 0 {
+		return idx, w
+	}
+	seen := make(map[string]struct{}, len(ws))
+	uniq := ws[:0:0]
+	for _, x := range ws {
+		if _, ok := seen[x]; !ok {
+			seen[x] = struct{}{}
+			uniq = append(uniq, x)
+		}
+	}
+	wt := float32(1 / math.Sqrt(float64(len(uniq))))
+	for _, c := range []struct {
+		s     byte
+		value string
+	}{{spaceCrossBenchmark, in.Benchmark}, {spaceCrossAgent, in.Agent}, {spaceCrossKind, in.Kind}} {
+		ctx := strings.ToLower(c.value)
+		for _, x := range uniq {
+			idx = append(idx, int32(fnv1a(c.s, ctx, x)%uint64(f.buckets)))
+			w = append(w, wt)
+		}
 	}
 	return idx, w
 }

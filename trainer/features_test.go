@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -95,5 +96,71 @@ func TestMergedBagsEmbedLikeRawBags(t *testing.T) {
 		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
 			t.Fatalf("output %d: merged %v, raw %v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestCrossesSeparateContexts: without crosses, one update on two
+// benchmarks differs only in the benchmark row; with crosses, each of its
+// words has a row per benchmark (and per agent and kind), the other rows
+// are unchanged, and a checkpoint restores only with the same setting.
+func TestCrossesSeparateContexts(t *testing.T) {
+	in := Input{Update: "check the failing test first, then patch", Kind: "skill", Evolver: "e", Agent: "a", Benchmark: "swe"}
+	other := in
+	other.Benchmark = "mcp"
+	bag := func(f featurizer, in Input) map[int32]float32 {
+		idx, w := f.features(nil, nil, &in)
+		out := map[int32]float32{}
+		for i, r := range idx {
+			out[r] += w[i]
+		}
+		return out
+	}
+	diff := func(a, b map[int32]float32) (n int) {
+		for r, w := range a {
+			if b[r] != w {
+				n++
+			}
+		}
+		for r := range b {
+			if _, ok := a[r]; !ok {
+				n++
+			}
+		}
+		return n
+	}
+	plain := featurizer{buckets: 1 << 16, cat: 64, maxText: 2048}
+	if d := diff(bag(plain, in), bag(plain, other)); d != 2 {
+		t.Fatalf("without crosses the benchmarks' bags differ in %d rows, want 2 (one benchmark row each)", d)
+	}
+	crossed := plain
+	crossed.crosses = true
+	words := 7 // distinct words of the update
+	if d := diff(bag(crossed, in), bag(crossed, other)); d < 2+2*words-2 { // a hash collision may merge a pair
+		t.Fatalf("with crosses the benchmarks' bags differ in %d rows, want about %d", d, 2+2*words)
+	}
+	base, withX := bag(plain, in), bag(crossed, in)
+	for r, w := range base {
+		if withX[r] < w {
+			t.Fatalf("crosses changed row %d of the plain features", r)
+		}
+	}
+	if len(withX) < len(base)+3*words-3 {
+		t.Fatalf("crosses added %d rows, want about %d", len(withX)-len(base), 3*words)
+	}
+
+	be := backend.NewCPU()
+	m, err := NewModel(be, ModelConfig{Buckets: 1 << 10, CatBuckets: 16, Dim: 4, Hidden: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mx, err := NewModel(be, ModelConfig{Buckets: 1 << 10, CatBuckets: 16, Dim: 4, Hidden: 4, Crosses: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mx.Restore(m.State()); !errors.Is(err, ErrIncompatible) {
+		t.Fatalf("restoring plain weights into a crossed model: %v, want ErrIncompatible", err)
+	}
+	if err := mx.Restore(mx.State()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -59,6 +59,12 @@ type ModelConfig struct {
 	Beta1, Beta2, Eps float32
 	// Seed makes initialization deterministic. Default: 0 (a valid seed).
 	Seed uint64
+	// Crosses adds update-word × context features (benchmark, agent,
+	// artifact kind; featurizer.crosses) in the text rows: same tensors,
+	// other features, so a checkpoint only restores into a model with the
+	// same setting. Default: false (checkpoints written before the field
+	// existed read as false).
+	Crosses bool
 }
 
 func (c *ModelConfig) setDefaults() {
@@ -166,7 +172,7 @@ func NewModel(be backend.Backend, cfg ModelConfig) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{be: be, cfg: cfg, feat: featurizer{buckets: cfg.Buckets, cat: cfg.CatBuckets, maxText: cfg.MaxTextBytes}}
+	m := &Model{be: be, cfg: cfg, feat: featurizer{buckets: cfg.Buckets, cat: cfg.CatBuckets, maxText: cfg.MaxTextBytes, crosses: cfg.Crosses}}
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	D, H := cfg.Dim, cfg.Hidden
 	uniform := func(n int, a float64) []float32 {
@@ -481,6 +487,9 @@ func (m *Model) Tensor(param, which int, buf *[]float32) []float32 {
 func (m *Model) Restore(st ModelState) error {
 	if len(st.Params) != len(m.params) {
 		return fmt.Errorf("%w: %d tensors, model has %d", ErrIncompatible, len(st.Params), len(m.params))
+	}
+	if st.Config.Crosses != m.cfg.Crosses {
+		return fmt.Errorf("%w: weights trained with feature crosses %v, model configured with %v", ErrIncompatible, st.Config.Crosses, m.cfg.Crosses)
 	}
 	for i, p := range m.params {
 		ps := st.Params[i]

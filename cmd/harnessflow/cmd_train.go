@@ -119,6 +119,7 @@ fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warm
 	f.IntVar(&cfg.Model.Buckets, "buckets", d.Model.Buckets, "hashed n-gram buckets")
 	f.IntVar(&cfg.Model.Dim, "dim", d.Model.Dim, "embedding width")
 	f.IntVar(&cfg.Model.Hidden, "hidden", d.Model.Hidden, "hidden layer width")
+	f.BoolVar(&cfg.Model.Crosses, "crosses", d.Model.Crosses, "add update-word × benchmark/agent/kind features (a checkpoint restores only with the setting it was trained with)")
 	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", d.HeldoutFraction, "share of groups (--heldout-group-key) whose samples are held out of training for evaluation (negative disables)")
 	f.StringVar(&cfg.HeldoutGroupKey, "heldout-group-key", d.HeldoutGroupKey, "group of the held-out split: campaign, campaign+seed or cell (a group's samples are all on one side)")
 	f.IntVar(&cfg.HeldoutWindow, "heldout-window", d.HeldoutWindow, "held-out samples kept in memory (the most recent): each checkpoint is evaluated on them")
