@@ -134,7 +134,7 @@ func TestCrossesSeparateContexts(t *testing.T) {
 	}
 	crossed := plain
 	crossed.crosses = true
-	words := 7 // distinct words of the update
+	words := 7                                                             // distinct words of the update
 	if d := diff(bag(crossed, in), bag(crossed, other)); d < 2+2*words-2 { // a hash collision may merge a pair
 		t.Fatalf("with crosses the benchmarks' bags differ in %d rows, want about %d", d, 2+2*words)
 	}
