@@ -343,8 +343,8 @@ func (g *gen) cell(bm, agent, evolver string, tasks []string) error {
 	var skills []string
 	gain := 0.0
 	meanInc := 0.0
-	if evolver != "" && rounds > 1 {
-		meanInc = am.benefit * benchmarkBenefit[bm] / float64(rounds-1)
+	if evolver != "" {
+		meanInc = meanIncrement(cfg, bm, agent)
 	}
 	var attempts int64
 	for cycle := 1; cycle <= rounds; cycle++ {

@@ -1,0 +1,94 @@
+package sim
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+// TestCandidates: candidates are reproducible, differ from each other,
+// keep their effects with the text signal off (only the text changes), and
+// their lifts have the campaign's distribution: mean the cell's mean
+// increment, correlated with quality as contentSD / updateNoise.
+func TestCandidates(t *testing.T) {
+	cfg := Config{Campaign: "c", Seed: 3}
+	off := cfg
+	off.TextSignal = Bool(false)
+	var n int
+	var sumRel, sq, sl, sqq, sll, sql float64
+	for _, bm := range DefaultBenchmarks {
+		for _, agent := range DefaultAgents {
+			for _, ev := range DefaultEvolvers {
+				for cycle := 1; cycle < cfg.Rounds(); cycle++ {
+					a, err := Candidates(cfg, bm, agent, ev, cycle, 4)
+					if err != nil {
+						t.Fatal(err)
+					}
+					again, _ := Candidates(cfg, bm, agent, ev, cycle, 4)
+					ctrl, err := Candidates(off, bm, agent, ev, cycle, 4)
+					if err != nil {
+						t.Fatal(err)
+					}
+					mi := meanIncrement(cfg, bm, agent)
+					texts := map[string]bool{}
+					for i, c := range a {
+						if c != again[i] {
+							t.Fatalf("%s %s %s %d: candidate %d differs between calls", bm, agent, ev, cycle, i)
+						}
+						if ctrl[i].Lift != c.Lift || ctrl[i].Quality != c.Quality {
+							t.Fatalf("candidate %d: the control changed its effect", i)
+						}
+						if ctrl[i].Artifact.Content == c.Artifact.Content {
+							t.Fatalf("candidate %d: the control's text equals the text-on text", i)
+						}
+						texts[c.Artifact.Content] = true
+						if c.Artifact.Kind != "skill" || c.Artifact.Name == "" || len(c.Artifact.ContentSHA256) != 64 {
+							t.Fatalf("candidate %d: artifact %+v", i, c.Artifact)
+						}
+						rel := c.Lift / mi
+						n++
+						sumRel += rel
+						sq += c.Quality
+						sl += rel
+						sqq += c.Quality * c.Quality
+						sll += rel * rel
+						sql += c.Quality * rel
+					}
+					if len(texts) != len(a) {
+						t.Fatalf("%d distinct texts of %d candidates", len(texts), len(a))
+					}
+				}
+			}
+		}
+	}
+	fn := float64(n)
+	mean := sumRel / fn
+	corr := (sql/fn - sq/fn*sl/fn) / math.Sqrt((sqq/fn-sq*sq/fn/fn)*(sll/fn-sl*sl/fn/fn))
+	t.Logf("%d candidates: mean lift %.3f × the mean increment, corr(quality, lift) %.3f (want %.3f)", n, mean, corr, contentSD/updateNoise)
+	if se := updateNoise / math.Sqrt(fn); math.Abs(mean-1) > 4*se {
+		t.Errorf("mean lift %.3f × the mean increment, want 1 ± %.3f", mean, 4*se)
+	}
+	if math.Abs(corr-contentSD/updateNoise) > 0.05 {
+		t.Errorf("corr(quality, lift) %.3f, want %.3f ± 0.05", corr, contentSD/updateNoise)
+	}
+}
+
+func TestCandidatesRejectBadArguments(t *testing.T) {
+	cfg := Config{Campaign: "c", Seed: 3}
+	for _, c := range []struct {
+		bm, agent, ev string
+		cycle, k      int
+		want          error
+	}{
+		{"swe", "opus46", "opus46", 0, 3, ErrConfig},
+		{"swe", "opus46", "opus46", cfg.Rounds(), 3, ErrConfig},
+		{"swe", "opus46", "opus46", 1, 0, ErrConfig},
+		{"swe", "nobody", "opus46", 1, 3, ErrUnknownModel},
+		{"swe", "opus46", "nobody", 1, 3, ErrUnknownModel},
+		{"chess", "opus46", "opus46", 1, 3, ErrUnknownBenchmark},
+	} {
+		if _, err := Candidates(cfg, c.bm, c.agent, c.ev, c.cycle, c.k); !errors.Is(err, c.want) {
+			t.Errorf("%+v: %v, want %v", c, err, c.want)
+		}
+	}
+}
