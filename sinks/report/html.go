@@ -41,6 +41,18 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	}
 	fmt.Fprintln(bw, "</div>")
 
+	fmt.Fprintln(bw, "<h3>Round size and minimum detectable effect</h3>")
+	if sizes := roundSizes(r.Rounds); len(sizes) > 0 {
+		rows := [][]string{}
+		for _, g := range sizes {
+			rows = append(rows, []string{g.Benchmark, evolverName(g.Evolver), g.span(), fmt.Sprint(g.NTasks), fmtF(g.MDE, "%.1f")})
+		}
+		htmlTable(bw, []string{"benchmark", "evolver", "rounds", "n tasks", "MDE pp"}, rows)
+		fmt.Fprintf(bw, "<p>%s</p>\n", e(mdeNote))
+	} else {
+		fmt.Fprintln(bw, "<p>No round metrics yet.</p>")
+	}
+
 	fmt.Fprintln(bw, "<h2>Adherence by phase</h2><div class=\"charts\">")
 	for _, b := range r.Benchmarks {
 		adherenceChart(bw, r, b)
@@ -89,6 +101,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 
 	fmt.Fprintf(bw, "<h2>Labels</h2>\n<p>updates %d: positive %d, negative %d, neutral %d; effective-update rate %s; mean gain of positive updates %s pp.</p>\n",
 		r.Updates, r.Positive, r.Negative, r.Neutral, fmtF(r.EffectiveUpdateRate, "%.2f"), fmtF(r.MeanGain, "%+.1f"))
+	writeCriticHTML(bw, r)
 	fmt.Fprintln(bw, "</body></html>")
 	return bw.Flush()
 }
@@ -302,5 +315,108 @@ func adherenceChart(w io.Writer, r *Report, bench string) {
 		fmt.Fprintf(w, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"/>\n", strings.Join(line, " "), col)
 	}
 	legend(w, c, names)
+	fmt.Fprintln(w, "</svg></figure>")
+}
+
+// writeCriticHTML writes the critic's learning curves: per trainer, RMSE
+// and ρ against samples trained (the model with its intervals beside the
+// best baseline), a table of every evaluated checkpoint, and the verdict.
+func writeCriticHTML(w io.Writer, r *Report) {
+	e := html.EscapeString
+	fmt.Fprintln(w, "<h2>Critic learning curve (critic_evals, every trainer in the database)</h2>")
+	switch {
+	case r.CriticNote != "":
+		fmt.Fprintf(w, "<p>%s</p>\n", e(r.CriticNote))
+		return
+	case len(r.Critic) == 0:
+		fmt.Fprintln(w, "<p>No checkpoint evaluated yet (critic_evals is empty).</p>")
+		return
+	}
+	for _, c := range r.Critic {
+		fmt.Fprintf(w, "<h3>Trainer %s</h3><div class=\"charts\">\n", e(c.Trainer))
+		criticChart(w, c, "rmse", "Effect RMSE (lower is better) — "+c.Trainer)
+		criticChart(w, c, "spearman", "Spearman ρ (higher is better) — "+c.Trainer)
+		fmt.Fprintln(w, "</div>")
+		var rows [][]string
+		for _, p := range c.Points {
+			row := []string{fmt.Sprint(p.SamplesTrained), p.ModelVersion, fmt.Sprint(p.Step), fmt.Sprintf("%d/%d", p.HeldoutRows, p.HeldoutGroups)}
+			for _, m := range []string{"rmse", "spearman"} {
+				row = append(row, criticCells(p.Comparison(m), true)...)
+			}
+			rows = append(rows, append(row, p.Verdict))
+		}
+		htmlTable(w, []string{"samples", "checkpoint", "step", "held-out rows/groups", "RMSE model", "best baseline", "Δ", "ρ model", "best baseline", "Δ", "verdict"}, rows)
+		cls := "pos"
+		if c.NoSignal != "" {
+			cls = "neg"
+		}
+		fmt.Fprintf(w, "<p class=\"%s\"><b>%s</b></p>\n", cls, e(c.Verdict()))
+	}
+	fmt.Fprintf(w, "<p>%s</p>\n", e(criticNote))
+}
+
+// criticChart draws metric against samples trained: the model's value with
+// its interval as whiskers, and the best baseline's value.
+func criticChart(w io.Writer, c CriticCurve, metric, title string) {
+	type pt struct {
+		x           float64
+		model, best CriticValue
+	}
+	var pts []pt
+	x0, x1, y0, y1 := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	see := func(v float64) { y0, y1 = math.Min(y0, v), math.Max(y1, v) }
+	for _, p := range c.Points {
+		cm := p.Comparison(metric)
+		if cm == nil {
+			continue
+		}
+		x := float64(p.SamplesTrained)
+		pts = append(pts, pt{x, cm.Model, cm.Best})
+		x0, x1 = math.Min(x0, x), math.Max(x1, x)
+		see(cm.Model.Value)
+		see(cm.Best.Value)
+		for _, b := range []*float64{cm.Model.Low, cm.Model.High} {
+			if b != nil {
+				see(*b)
+			}
+		}
+	}
+	if len(pts) == 0 {
+		fmt.Fprintf(w, "<p>%s: no %s values.</p>\n", html.EscapeString(c.Trainer), html.EscapeString(metric))
+		return
+	}
+	if y1-y0 < 1e-9 {
+		y0, y1 = y0-0.5, y1+0.5
+	}
+	pad := (y1 - y0) * 0.05
+	ch := chart{w: 520, h: 300, left: 54, right: 110, top: 16, bottom: 36, x0: x0, x1: x1, y0: y0 - pad, y1: y1 + pad}
+	var yt []float64
+	for i := 0; i <= 4; i++ {
+		v := ch.y0 + float64(i)*(ch.y1-ch.y0)/4
+		yt = append(yt, math.Round(v*1000)/1000)
+	}
+	var xt []float64
+	var xn []string
+	step := max(1, (len(pts)+4)/5)
+	for i := 0; i < len(pts); i += step {
+		xt = append(xt, pts[i].x)
+		xn = append(xn, fmt.Sprint(int64(pts[i].x)))
+	}
+	ch.axes(w, title, "samples trained", yt, xt, xn)
+	var model, best []string
+	for _, p := range pts {
+		model = append(model, fmt.Sprintf("%.1f,%.1f", ch.X(p.x), ch.Y(p.model.Value)))
+		best = append(best, fmt.Sprintf("%.1f,%.1f", ch.X(p.x), ch.Y(p.best.Value)))
+		if p.model.Low != nil && p.model.High != nil {
+			fmt.Fprintf(w, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-opacity=\"0.5\"/>\n",
+				ch.X(p.x), ch.X(p.x), ch.Y(*p.model.Low), ch.Y(*p.model.High), palette[0])
+		}
+	}
+	fmt.Fprintf(w, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/>\n", strings.Join(best, " "), palette[1])
+	fmt.Fprintf(w, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"/>\n", strings.Join(model, " "), palette[0])
+	for _, p := range pts {
+		fmt.Fprintf(w, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", ch.X(p.x), ch.Y(p.model.Value), palette[0])
+	}
+	legend(w, ch, []string{"model (95% CI)", "best baseline"})
 	fmt.Fprintln(w, "</svg></figure>")
 }

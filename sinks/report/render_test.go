@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/png"
 	"os"
@@ -40,6 +41,18 @@ func handReport() *Report {
 		{Benchmark: "swe", Agent: "opus46", Phase: [5]*float64{v(.89), v(.87), v(.85), v(.82), v(.80)}, Drift: v(-.09)},
 		{Benchmark: "swe", Agent: "qwen35_9b", Phase: [5]*float64{v(.52), v(.40), v(.30), v(.2), v(.13)}, Drift: v(-.39)},
 	}
+	cmp := func(metric, base string, m, b float64) CriticComparison {
+		return CriticComparison{Metric: metric, Baseline: base, Model: CriticValue{Value: m, Low: v(m - 0.02), High: v(m + 0.02)},
+			Best: CriticValue{Value: b}, Diff: m - b, Ahead: (metric == "rmse") == (m < b)}
+	}
+	c := CriticCurve{Trainer: "critic"}
+	for i, s := range []int64{100, 200, 400, 800} {
+		f := float64(i)
+		c.Points = append(c.Points, CriticPoint{ModelVersion: fmt.Sprintf("v%d", i+1), SamplesTrained: s, HeldoutRows: 240, HeldoutGroups: 12, Verdict: VerdictNoSignal,
+			Comparisons: []CriticComparison{cmp("rmse", "median", 0.2-0.02*f, 0.18), cmp("spearman", "evidence-regression", 0.1+0.1*f, 0.19)}})
+	}
+	c.NoSignal = noSignal(&c.Points[len(c.Points)-1])
+	r.Critic = []CriticCurve{c}
 	return r
 }
 

@@ -1,7 +1,8 @@
 // Package report builds harnessflow's campaign report from the ClickHouse
 // analyst views (DESIGN.md §5, METRICS.md): the pass-rate matrices, Δupdate per
 // evolver, Δbenefit per agent, skill activation, adherence by phase, round
-// stability, and label counts. Build reads the figures into a Report whose
+// stability, label counts, per-round minimum detectable effects, and the
+// critic's learning curve (critic_evals). Build reads the figures into a Report whose
 // fields are the numbers themselves; WriteText renders a terminal report and
 // WriteHTML one self-contained HTML page with inline SVG charts.
 package report
@@ -97,6 +98,35 @@ type RoundPoint struct {
 	// deviation (nil under two cells); Lift the mean lift over the baseline.
 	PassRate     float64
 	Stddev, Lift *float64
+	// NTasks is the round's n: the fewest tasks of its cells' rounds
+	// (round_metrics.n_tasks). MDE is the minimum detectable effect of a
+	// paired test at that n (MDE; pp), nil when n is 0.
+	NTasks int64
+	MDE    *float64
+}
+
+// The minimum detectable effect of one cell's round: a paired test of the
+// round's lift over the baseline on its n tasks, two-sided α = 0.05, power
+// 0.8, normal approximation: MDE = (zAlpha + zPower)·MDESD/√n.
+const (
+	zAlpha = 1.96 // two-sided α = 0.05
+	zPower = 0.84 // power 0.8
+	// MDESD is the standard deviation of a task's paired difference the MDE
+	// assumes: round_metrics holds no per-task spread, so the worst case for
+	// the difference of two scores in [0, 1] (a difference in [−1, 1] has
+	// sd ≤ 1). Real rounds have a smaller sd, and so a smaller MDE.
+	MDESD = 1.0
+)
+
+// MDE is the minimum detectable effect, in pp, of a paired test on n tasks
+// (two-sided α = 0.05, power 0.8, sd MDESD): 100·(1.96 + 0.84)·MDESD/√n,
+// 140 pp at n = 4 and 28 pp at n = 100. Nil for n < 1.
+func MDE(n int64) *float64 {
+	if n < 1 {
+		return nil
+	}
+	v := 100 * (zAlpha + zPower) * MDESD / math.Sqrt(float64(n))
+	return &v
 }
 
 // LabelSummary is one row of v_label_summary.
@@ -123,6 +153,11 @@ type Report struct {
 	Unstable []Stability
 	Rounds   []RoundPoint
 	Labels   []LabelSummary
+	// Critic holds every trainer's learning curve from critic_evals (the
+	// database's, not only this campaign's), by trainer name; CriticNote
+	// says why there is none when the table is missing (CriticMissing).
+	Critic     []CriticCurve
+	CriticNote string
 	// Totals over Labels: updates, label counts, the effective-update rate
 	// (positive / updates; nil without updates) and the mean gain of
 	// positive updates (pp, weighted by their count; nil without any).
@@ -154,7 +189,7 @@ func Build(ctx context.Context, conn Querier, project, campaign string) (*Report
 		}
 	}
 	r := &Report{Project: project, Campaign: campaign}
-	steps := []func(context.Context, Querier) error{r.cells, r.updateGain, r.benefitGain, r.activation, r.adherence, r.stability, r.rounds, r.labels}
+	steps := []func(context.Context, Querier) error{r.cells, r.updateGain, r.benefitGain, r.activation, r.adherence, r.stability, r.rounds, r.labels, r.criticEvals}
 	for _, s := range steps {
 		if err := s(ctx, conn); err != nil {
 			return nil, err
@@ -341,7 +376,8 @@ func (r *Report) stability(ctx context.Context, conn Querier) error {
 
 func (r *Report) rounds(ctx context.Context, conn Querier) error {
 	q := `SELECT toString(r_benchmark), toString(r_evolver), toInt64(cycle), toInt64(count()),
-    toNullable(toFloat64(avg(r_pass))), toNullable(toFloat64(if(count() < 2, NULL, stddevSamp(r_pass)))), toNullable(toFloat64(avg(r_lift)))
+    toNullable(toFloat64(avg(r_pass))), toNullable(toFloat64(if(count() < 2, NULL, stddevSamp(r_pass)))), toNullable(toFloat64(avg(r_lift))),
+    toInt64(min(r_n))
 FROM
 (
     SELECT project, cell_id, cycle,
@@ -349,7 +385,8 @@ FROM
         argMax(benchmark, _version) AS r_benchmark,
         argMax(evolver_model, _version) AS r_evolver,
         argMax(pass_rate, _version) AS r_pass,
-        argMax(lift_vs_baseline, _version) AS r_lift
+        argMax(lift_vs_baseline, _version) AS r_lift,
+        argMax(n_tasks, _version) AS r_n
     FROM round_metrics
     GROUP BY project, cell_id, cycle
 )
@@ -359,10 +396,10 @@ ORDER BY r_benchmark, r_evolver, cycle`
 	return query(ctx, conn, "round_metrics", q, func(rows driver.Rows) error {
 		var p RoundPoint
 		var pass *float64
-		if err := rows.Scan(&p.Benchmark, &p.Evolver, &p.Cycle, &p.Cells, &pass, &p.Stddev, &p.Lift); err != nil {
+		if err := rows.Scan(&p.Benchmark, &p.Evolver, &p.Cycle, &p.Cells, &pass, &p.Stddev, &p.Lift, &p.NTasks); err != nil {
 			return err
 		}
-		p.PassRate, p.Stddev, p.Lift = deref(pass), clean(p.Stddev), clean(p.Lift)
+		p.PassRate, p.Stddev, p.Lift, p.MDE = deref(pass), clean(p.Stddev), clean(p.Lift), MDE(p.NTasks)
 		r.Rounds = append(r.Rounds, p)
 		return nil
 	}, r.Campaign, r.Project)

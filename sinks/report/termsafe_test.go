@@ -17,6 +17,8 @@ func TestTextReportEscapesTerminalControls(t *testing.T) {
 		{CellID: "b", Benchmark: "swe\r", Agent: "evil\x1b[2J\u009b31m", Evolver: "e\x7f", PassRate: 60},
 	}
 	r.buildMatrices()
+	r.Critic = []CriticCurve{{Trainer: "t\x1b[2J", NoSignal: "x", Points: []CriticPoint{{ModelVersion: "v\u009b1", Verdict: "no\rsignal",
+		Comparisons: []CriticComparison{{Metric: "rmse", Baseline: "b\x1b]0;x\x07"}}}}}}
 	var out bytes.Buffer
 	if err := r.WriteText(&out); err != nil {
 		t.Fatal(err)
@@ -27,7 +29,7 @@ func TestTextReportEscapesTerminalControls(t *testing.T) {
 			t.Fatalf("control character %U in the text report:\n%q", c, s)
 		}
 	}
-	for _, want := range []string{`c\x1b]0;pwned\a`, `evil\x1b[2J\u009b31m`, `swe\r`, `e\x7f`, "Pass rate"} {
+	for _, want := range []string{`c\x1b]0;pwned\a`, `evil\x1b[2J\u009b31m`, `swe\r`, `e\x7f`, "Pass rate", `t\x1b[2J`, `b\x1b]0;x\a`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}

@@ -120,10 +120,151 @@ func (r *Report) WriteText(w io.Writer) error {
 		table("benchmark\tagent\tevolver\trounds\tmean lift\tstddev\tCV\tflip rate\tstability", rows)
 	}
 
+	section("Rounds: size and minimum detectable effect (MDE) of a round's paired test")
+	{
+		var rows [][]string
+		for _, g := range roundSizes(r.Rounds) {
+			rows = append(rows, []string{g.Benchmark, evolverName(g.Evolver), g.span(), fmt.Sprint(g.NTasks), fmtF(g.MDE, "%.1f")})
+		}
+		if len(rows) == 0 {
+			fmt.Fprintln(bw, "no round metrics yet")
+		} else {
+			table("benchmark\tevolver\trounds\tn tasks\tMDE pp", rows)
+			fmt.Fprintln(bw, mdeNote)
+		}
+	}
+
 	section("Labels")
 	fmt.Fprintf(bw, "updates %d: positive %d, negative %d, neutral %d; effective-update rate %s; mean gain of positive updates %s pp\n",
 		r.Updates, r.Positive, r.Negative, r.Neutral, fmtF(r.EffectiveUpdateRate, "%.2f"), fmtF(r.MeanGain, "%+.1f"))
+
+	section("Critic learning curve (critic_evals, every trainer in the database)")
+	switch {
+	case r.CriticNote != "":
+		fmt.Fprintln(bw, r.CriticNote)
+	case len(r.Critic) == 0:
+		fmt.Fprintln(bw, "no checkpoint evaluated yet (critic_evals is empty)")
+	}
+	for _, c := range r.Critic {
+		fmt.Fprintf(bw, "trainer %s, checkpoints evaluated: %d\n", c.Trainer, len(c.Points))
+		pts := c.Points
+		if len(pts) > textCriticPoints {
+			fmt.Fprintf(bw, "(the %d earlier checkpoints are in the HTML report)\n", len(pts)-textCriticPoints)
+			pts = pts[len(pts)-textCriticPoints:]
+		}
+		var rows [][]string
+		for _, p := range pts {
+			row := []string{fmt.Sprint(p.SamplesTrained), fmt.Sprintf("%d/%d", p.HeldoutRows, p.HeldoutGroups), p.ModelVersion}
+			for _, m := range []string{"rmse", "spearman"} {
+				row = append(row, criticCells(p.Comparison(m), false)...)
+			}
+			rows = append(rows, append(row, p.Verdict))
+		}
+		table("samples\theld-out rows/groups\tcheckpoint\tRMSE model\tbest baseline\tΔ\tρ model\tbest baseline\tΔ\tverdict", rows)
+		fmt.Fprintln(bw, c.Verdict())
+	}
+	if len(r.Critic) > 0 {
+		fmt.Fprintln(bw, criticNote)
+	}
 	return buf.Flush()
+}
+
+// textCriticPoints is the most checkpoints per trainer the terminal report
+// lists (the newest); the HTML report lists them all.
+const textCriticPoints = 20
+
+// criticNote explains the learning curve's columns.
+const criticNote = "RMSE of the predicted effect (lower is better) and Spearman ρ with the realised effect (higher is better) on the held-out groups, " +
+	"95% bootstrap intervals in brackets (the baselines' in the HTML report); best baseline = the trivial baseline with the best value at that checkpoint; " +
+	"Δ = model − best baseline (point values: the verdict rests on the trainer's paired bootstrap interval of each Δ, which critic_evals does not store)."
+
+// mdeNote says how the MDE is computed and which sd it assumes.
+var mdeNote = fmt.Sprintf("MDE = the smallest mean lift a paired test of one cell's round (n tasks against the baseline's) detects at two-sided α 0.05 with power 0.8: "+
+	"(%.2f + %.2f)·sd/√n, with sd = %g, the worst case for the difference of two scores in [0, 1] (round_metrics holds no per-task sd); "+
+	"n = the fewest tasks among the round's cells. An MDE above 100 pp means no effect of a round can be detected.", zAlpha, zPower, MDESD)
+
+// criticCells renders a comparison as model [ci], best baseline (with its
+// [ci] when baselineCI), Δ.
+func criticCells(c *CriticComparison, baselineCI bool) []string {
+	if c == nil {
+		return []string{"—", "—", "—"}
+	}
+	best := fmt.Sprintf("%s %.4f", c.Baseline, c.Best.Value)
+	if baselineCI {
+		best = c.Baseline + " " + c.Best.String()
+	}
+	return []string{c.Model.String(), best, signed(c.Diff)}
+}
+
+// signed renders a difference with its sign, minus as U+2212: whether a
+// negative Δ is good depends on the metric, so the HTML table does not
+// colour it as a loss.
+func signed(d float64) string {
+	return strings.Replace(fmt.Sprintf("%+.4f", d), "-", "−", 1)
+}
+
+// String renders v as "value [low, high]".
+func (v CriticValue) String() string {
+	return fmt.Sprintf("%.4f [%s, %s]", v.Value, fmtF(v.Low, "%.4f"), fmtF(v.High, "%.4f"))
+}
+
+// Verdict is the curve's conclusion in words: the newest checkpoint's
+// verdict, and with "no signal yet" the reason.
+func (c *CriticCurve) Verdict() string {
+	if len(c.Points) == 0 {
+		return "no checkpoint evaluated yet"
+	}
+	p := c.Points[len(c.Points)-1]
+	if c.NoSignal == "" {
+		var ahead []string
+		for _, m := range p.Comparisons {
+			ahead = append(ahead, fmt.Sprintf("%s on %s (Δ %s)", m.Baseline, m.Metric, signed(m.Diff)))
+		}
+		return fmt.Sprintf("newest checkpoint %s (%d samples trained): %s: ahead of %s, every paired interval clear of 0",
+			p.ModelVersion, p.SamplesTrained, VerdictBeats, strings.Join(ahead, ", "))
+	}
+	return fmt.Sprintf("newest checkpoint %s (%d samples trained): %s: %s", p.ModelVersion, p.SamplesTrained, VerdictNoSignal, c.NoSignal)
+}
+
+// RoundSize is the rounds of one evolver on one benchmark that share a
+// round size n, with the MDE at n.
+type RoundSize struct {
+	Benchmark, Evolver string
+	NTasks             int64
+	// Rounds counts the rounds; First and Last are the lowest and highest.
+	Rounds      int
+	First, Last int64
+	MDE         *float64
+}
+
+func (g RoundSize) span() string {
+	if g.First == g.Last {
+		return fmt.Sprintf("%d", g.First)
+	}
+	return fmt.Sprintf("%d–%d (%d)", g.First, g.Last, g.Rounds)
+}
+
+// roundSizes groups rounds by (benchmark, evolver, n), in the rounds' order.
+func roundSizes(rounds []RoundPoint) []RoundSize {
+	type key struct {
+		b, e string
+		n    int64
+	}
+	idx := map[key]int{}
+	var out []RoundSize
+	for _, p := range rounds {
+		k := key{p.Benchmark, p.Evolver, p.NTasks}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, RoundSize{Benchmark: p.Benchmark, Evolver: p.Evolver, NTasks: p.NTasks, First: p.Cycle, Last: p.Cycle, MDE: p.MDE})
+		}
+		g := &out[i]
+		g.Rounds++
+		g.First, g.Last = min(g.First, p.Cycle), max(g.Last, p.Cycle)
+	}
+	return out
 }
 
 // spread returns the min and max Δupdate over evolvers of benchmark b.
