@@ -49,11 +49,11 @@ func (c *cell) query(u *pendingUpdate, r0 *round) (string, time.Time) {
 	return b.String(), at
 }
 
-// updateText renders the artifacts ("### <kind> <name> (<op>)\n<content>",
+// UpdateText renders the artifacts ("### <kind> <name> (<op>)\n<content>",
 // joined by a blank line) and the sample's artifact kind: the first artifact's
 // kind (the schema's kind enum has no "mixed"; every artifact's kind stays in
 // the text).
-func updateText(arts []schemas.Artifact) (text, kind string) {
+func UpdateText(arts []schemas.Artifact) (text, kind string) {
 	var b strings.Builder
 	for i, a := range arts {
 		if i > 0 {

@@ -119,6 +119,6 @@ func (p *Pairer) update(c *cell, e *schemas.HarnessUpdate) {
 		cycle: e.Cycle, rolledBack: e.RolledBack, versionIdx: idx,
 	}
 	u.evidence, u.summary, u.at = e.EvidenceTaskIDs, e.EvidenceSummary, e.EventTime
-	u.text, u.kind = updateText(e.Artifacts)
+	u.text, u.kind = UpdateText(e.Artifacts)
 	c.updates = append(c.updates, u)
 }

@@ -1,0 +1,127 @@
+package critic
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/harnessflow/harnessflow/internal/broker"
+	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/processors"
+	"github.com/harnessflow/harnessflow/producers"
+	"github.com/harnessflow/harnessflow/producers/sim"
+	"github.com/harnessflow/harnessflow/schemas"
+)
+
+// derive simulates one campaign per seed of sims into a fresh in-memory
+// broker, runs an in-process processor until it has caught up (as
+// bench/chaos's reference run does) and returns the labeled samples it
+// derived, deduplicated by sample id and sorted by (campaign, seed, cell,
+// cycle) so that the order does not depend on partitions. There is no
+// exported in-process path through the processors' stages (processors'
+// local_test.go has one, test-only), so the broker is the cheapest one.
+func derive(ctx context.Context, sims []sim.Config, progress io.Writer) ([]*schemas.LabeledSample, error) {
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	brokers := []string{b.Addr()}
+	if err := kafkax.EnsureAllTopics(ctx, brokers, b.TopicOption()); err != nil {
+		return nil, err
+	}
+	p, err := producers.New(producers.Config{Brokers: brokers, BatchSize: 5000, BatchTimeout: 5 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	events := 0
+	for _, sc := range sims {
+		st, err := sim.Run(ctx, sc, p, nil)
+		if err != nil {
+			p.Close(ctx)
+			return nil, fmt.Errorf("simulate seed %d: %w", sc.Seed, err)
+		}
+		events += st.Events
+	}
+	if err := p.Close(ctx); err != nil {
+		return nil, fmt.Errorf("close producer: %w", err)
+	}
+	fmt.Fprintf(progress, "  simulated %d campaigns, %d events; deriving samples\n", len(sims), events)
+	proc, err := processors.New(processors.Config{Brokers: brokers, Group: "critic-offline", StopWhenCaughtUp: true},
+		processors.WithLogger(zerolog.Nop()))
+	if err != nil {
+		return nil, err
+	}
+	if err := proc.Run(ctx); err != nil {
+		return nil, fmt.Errorf("processor: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	byID := map[string]*schemas.LabeledSample{}
+	err = readTopic(ctx, brokers, schemas.TopicSamples, func(ev schemas.Event) {
+		if s, ok := ev.(*schemas.LabeledSample); ok {
+			byID[s.SampleID] = s
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*schemas.LabeledSample, 0, len(byID))
+	for _, s := range byID {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.CampaignID != b.CampaignID {
+			return a.CampaignID < b.CampaignID
+		}
+		if a.Seed != b.Seed {
+			return a.Seed < b.Seed
+		}
+		if a.CellID != b.CellID {
+			return a.CellID < b.CellID
+		}
+		if a.Cycle != b.Cycle {
+			return a.Cycle < b.Cycle
+		}
+		return a.SampleID < b.SampleID
+	})
+	return out, nil
+}
+
+// readTopic decodes every message of topic from the first offset to the end
+// offsets read at the start and hands each event to fn (bench/chaos's
+// readTopics, for one topic).
+func readTopic(ctx context.Context, brokers []string, topic string, fn func(schemas.Event)) error {
+	ends, err := kafkax.EndOffsets(ctx, kafkax.NewClient(brokers), topic)
+	if err != nil {
+		return err
+	}
+	for part, end := range ends[topic] {
+		if end == 0 {
+			continue
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part, MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond})
+		for {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				r.Close()
+				return fmt.Errorf("read %s/%d: %w", topic, part, err)
+			}
+			if ev, err := schemas.Decode(m.Value); err == nil {
+				fn(ev)
+			}
+			if m.Offset+1 >= end {
+				break
+			}
+		}
+		r.Close()
+	}
+	return nil
+}
