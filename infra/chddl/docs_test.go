@@ -30,6 +30,7 @@ func TestAnalystGuideQueriesRun(t *testing.T) {
 	f.add("rejected_events", row{"event_id": "rj-2", "stage": "decode", "reason_code": "malformed", "message": "not avro",
 		"source_topic": "hf.attempts", "source_partition": int32(2), "source_offset": int64(4)})
 	f.insert(t, ch.Conn, 1)
+	insertCriticEvals(t, ch.Conn, 1)
 	for i, b := range blocks {
 		q := string(b[1])
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -21,9 +21,10 @@ import (
 // and a current ClickHouse (26.7, chDB in process), over one fixture, and
 // require the same rows from both.
 
-// engineTables are the tables the fixture fills: every table a view reads.
+// engineTables are the tables the fixture fills: every table a view or the
+// report reads.
 var engineTables = []string{"campaigns", "cells", "task_attempts", "skill_events", "adherence_judgments",
-	"round_metrics", "labeled_samples", "rejected_events", "cell_scores"}
+	"round_metrics", "labeled_samples", "rejected_events", "cell_scores", "critic_evals"}
 
 // recomputed are the cells whose cell_scores rows the recompute writes; the
 // others are computed live by v_cell_scores.
@@ -69,8 +70,8 @@ func currentMigrated(t *testing.T) *testenv.CHDB {
 // loadBoth migrates a database on each engine and fills both with the
 // fixture: on 18.16 three times (versions 1, 1000, 5000: redelivered
 // duplicates in parts that have not merged) with the recompute run for some
-// cells, then copied row for row to the current engine, where the recompute
-// runs again.
+// cells, and the critic_evals rows twice, then copied row for row to the
+// current engine, where the recompute runs again.
 func loadBoth(t *testing.T) (*testenv.CH, *testenv.CHDB) {
 	t.Helper()
 	return loadBothWith(t, enginesFixture())
@@ -84,6 +85,7 @@ func loadBothWith(t *testing.T, f fixture) (*testenv.CH, *testenv.CHDB) {
 	for _, v := range []uint64{1, 1000, 5000} {
 		f.insert(t, old.Conn, v)
 	}
+	insertCriticEvals(t, old.Conn, 2)
 	if err := chddl.RecomputeCellScores(ctx, chx.Session(old.Conn), old.Database, recomputed); err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +154,23 @@ func TestReportSameOnBothEngines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("report on %s: %v", cur.Version, err)
 	}
-	if len(ra.Cells) == 0 || len(ra.BenefitGain) == 0 || len(ra.Unstable) == 0 || len(ra.Labels) == 0 {
+	if len(ra.Cells) == 0 || len(ra.BenefitGain) == 0 || len(ra.Unstable) == 0 || len(ra.Labels) == 0 || len(ra.Rounds) == 0 || len(ra.Critic) != 2 {
 		t.Fatalf("report on 18.16 is missing sections: %+v", ra)
+	}
+	// The rounds carry their MDE (4 tasks: 140 pp); the learning curves
+	// their checkpoints in order, trainer-a's a-1 from its newer evaluation.
+	for _, p := range ra.Rounds {
+		if p.NTasks != 4 || p.MDE == nil || !testenv.Close(*p.MDE, 140) {
+			t.Fatalf("round %+v: want n 4, MDE 140 pp", p)
+		}
+	}
+	a, b := ra.Critic[0], ra.Critic[1]
+	if a.Trainer != "trainer-a" || len(a.Points) != 2 || a.Points[0].ModelVersion != "a-1" || a.Points[1].Verdict != report.VerdictBeats || a.NoSignal != "" ||
+		a.Points[0].Comparison("rmse").Baseline != "median" || !testenv.Close(a.Points[0].Comparison("rmse").Model.Value, 0.184) {
+		t.Fatalf("trainer-a's curve on 18.16: %+v", a)
+	}
+	if b.Trainer != "trainer-b" || !strings.Contains(b.NoSignal, "4 held-out groups are too few") {
+		t.Fatalf("trainer-b's curve on 18.16: %+v", b)
 	}
 	if d := testenv.DiffJSON(ra, rb); d != "" {
 		t.Errorf("harnessflow report differs between 18.16 and %s:\n%s", cur.Version, d)

@@ -120,7 +120,7 @@ func judgmentRow(cell, task, skill string, f, vc, vo, ru, na int32, phases [5]*f
 
 func roundRow(cell, agent, evolver string, cycle int32, lift *float64) row {
 	return row{"event_id": nextID("rm"), "project": "p", "cell_id": cell, "campaign_id": "c1", "benchmark": "swe",
-		"agent_model": agent, "evolver_model": evolver, "seed": int32(1), "cycle": cycle, "lift_vs_baseline": lift}
+		"agent_model": agent, "evolver_model": evolver, "seed": int32(1), "cycle": cycle, "n_tasks": int32(4), "lift_vs_baseline": lift}
 }
 
 func sampleRow(cell, agent, evolver, update, label string, effect float64, producedMs int64) row {
