@@ -22,9 +22,13 @@ func newReportCmd() *cobra.Command {
 		Long: `report reads the analyst views and prints the campaign's figures: the pass-rate
 matrix per benchmark (baseline and post-evolution), Δupdate per evolver, Δbenefit
 per agent with the cells below their baseline, SLR / LPR / HFR, adherence by
-phase with drift and decay, the ten least stable pairs by round stddev, and label
-counts with the effective-update rate. --html also writes one self-contained
-HTML file with charts (no scripts, fonts or network references).
+phase with drift and decay, the ten least stable pairs by round stddev, the
+minimum detectable effect of each round's paired test at its n (worst-case sd 1),
+label counts with the effective-update rate, and the critic's learning curve per
+trainer from critic_evals (the model beside its best baseline per checkpoint, and
+"no signal yet" with the baselines it does not beat until the newest checkpoint
+beats them). --html also writes one self-contained HTML file with charts (no
+scripts, fonts or network references).
 
 Without --campaign, the most recently declared campaign is reported (of --project,
 when given). A report is one project's: without --project it is the campaign's
