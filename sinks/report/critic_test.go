@@ -84,7 +84,9 @@ func TestCriticLearningCurve(t *testing.T) {
 	stale := flat("f2", 756, t0.Add(time.Hour))
 	stale.vals = map[string][3]float64{"model/rmse": iv(0.5), "evidence-regression/rmse": iv(0.10)}
 	stale.insert(t, conn)
-	flat("f2", 756, t0.Add(2*time.Hour)).insert(t, conn)
+	newer := flat("f2", 756, t0.Add(2*time.Hour))
+	delete(newer.vals, "evidence-regression/rmse")
+	newer.insert(t, conn)
 	evals{trainer: "t-few", version: "w1", samples: 50, rows: 40, groups: 4, verdict: VerdictNoSignal, at: t0,
 		vals: map[string][3]float64{"model/rmse": iv(0.1), "model/spearman": iv(0.5), "median/rmse": iv(0.2), "median/spearman": iv(0)}}.insert(t, conn)
 
