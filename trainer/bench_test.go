@@ -1,8 +1,11 @@
 package trainer
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
+	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer/backend"
 )
 
@@ -70,5 +73,52 @@ func BenchmarkTrainStepEvidence(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "samples/s")
 		})
+	}
+}
+
+// BenchmarkTrainStream is the CPU cost of replays, side by side: the
+// default model trains a stream of 256 evidence-shaped samples (as the
+// processors write them) arriving 8 at a time (slow: every batch-age
+// flush) or 256 at a time (a burst, as a demo campaign arrives), in one
+// pass (replays off) and with the default replays (4 replayed examples per
+// new one, steps of at most 32), evaluated on 256 held-out samples after
+// each round as early stopping does, but never paused (the upper bound of
+// the cost). ns/sample is per admitted sample: compare the two of each
+// stream (go test -run '^$' -bench TrainStream -benchtime 1x -count 3).
+func BenchmarkTrainStream(b *testing.B) {
+	const n = 256
+	evidence := func(ss []*schemas.LabeledSample, from int) []*schemas.LabeledSample {
+		for i, s := range ss {
+			in := evidenceInput(from+i, 40)
+			s.Query, s.Update = in.Query, in.Update
+		}
+		return ss
+	}
+	samples := evidence(genSamples(rand.New(rand.NewPCG(41, 42)), 0, n), 0)
+	held := evidence(genSamples(rand.New(rand.NewPCG(43, 44)), 10_000, 256), 10_000)
+	for _, arrive := range []int{8, 256} {
+		for _, ratio := range []float64{-1, 0} {
+			name := fmt.Sprintf("arrive=%d/replays=default", arrive)
+			if ratio < 0 {
+				name = fmt.Sprintf("arrive=%d/replays=off", arrive)
+			}
+			b.Run(name, func(b *testing.B) {
+				tr := replayTrainer(b, nil, func(c *Config) {
+					c.Model, c.BatchSize, c.ReplayRatio, c.EarlyStopPatience = ModelConfig{}, 256, ratio, -1
+				})
+				for _, s := range held {
+					tr.heldSet.add(s)
+				}
+				var off int64
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					feed(b, tr, samples, arrive, &off)
+					tr.dedup = newDedup(tr.cfg.DedupWindow, nil) // admit the same samples again
+					tr.rows = tr.rows[:0]
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/sample")
+				b.ReportMetric(float64(tr.models[0].Steps())/float64(b.N*n), "steps/sample")
+			})
+		}
 	}
 }

@@ -3,6 +3,7 @@ package trainer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/harnessflow/harnessflow/infra/chddl"
@@ -91,6 +92,52 @@ type Config struct {
 	// EvalTrainWindow is how many recent trained samples are kept in
 	// memory to fit the checkpoint evaluation's baselines on. Default: 5000.
 	EvalTrainWindow int
+	// ReplayWindow is how many of the most recent admitted training
+	// examples are kept in memory to replay (replay.go). Not in
+	// checkpoints: after a restart it refills from new samples. Memory:
+	// about 112 bytes per example beside its update and query text, which
+	// it shares with the evaluation's training window while it is no
+	// larger than EvalTrainWindow (trainer/README.md). Default: 5000.
+	ReplayWindow int
+	// ReplayRatio is the replayed examples per newly admitted training
+	// example: after each step on new samples the trainer takes steps
+	// on examples drawn from the replay window, until it
+	// has replayed this many per new sample. Replays are training passes,
+	// never admissions (samples_trained, offsets and trainer_steps rows
+	// count each sample once). Steps hold at most ReplayBatchSize
+	// examples. Default: 4; negative turns replays off (the
+	// command's --replay-ratio 0 does that).
+	ReplayRatio float64
+	// ReplayBatchSize is the most examples of one replayed step. Small
+	// steps move the model more per replayed example (AdamW moves each
+	// weight by about the learning rate per step, whatever the batch), at
+	// a higher CPU cost per example (the dense update of the embedding
+	// table is paid per step). Default: 32.
+	ReplayBatchSize int
+	// EarlyStopPatience pauses replays when the held-out loss (after each
+	// replay round, on the newest EarlyStopRows held-out samples) has not
+	// improved for this many evaluations; new samples still train, and
+	// replays resume when they improve it or have refilled the replay
+	// window. Default: 5; negative never pauses (--early-stop-patience 0).
+	EarlyStopPatience int
+	// EarlyStopRows is how many of the newest held-out samples the
+	// early-stopping evaluation scores. Default: 256.
+	EarlyStopRows int
+	// LRSchedule is the learning-rate schedule over optimizer steps (new
+	// and replayed; schedule.go): inverse-sqrt, cosine or constant, each
+	// after a linear warm-up of LRWarmup steps, peaking at Model.LR.
+	// Default: inverse-sqrt.
+	LRSchedule string
+	// LRWarmup is the warm-up's length in optimizer steps. Default: 20;
+	// negative: none (--lr-warmup 0).
+	LRWarmup int
+	// LRDecaySteps is the decay's time scale in optimizer steps after the
+	// warm-up: inverse-sqrt is at 1/sqrt(2) of the peak after this many,
+	// cosine reaches its floor. Default: 1000.
+	LRDecaySteps int
+	// LRMinRatio is the floor of the decay, a fraction of Model.LR.
+	// Default: 0.1; negative: 0 (no floor, --lr-min-ratio 0).
+	LRMinRatio float64
 	// DedupWindow is how many recent sample ids are remembered to train each
 	// sample id once; a duplicate arriving more than this many samples after
 	// its first copy is trained again. Persisted in checkpoints. Default: 200000.
@@ -154,6 +201,21 @@ func (c *Config) setDefaults() {
 	if c.HeldoutGroupKey == "" {
 		c.HeldoutGroupKey = GroupByCampaignSeed
 	}
+	if c.ReplayRatio == 0 {
+		c.ReplayRatio = 4
+	}
+	if c.LRSchedule == "" {
+		c.LRSchedule = ScheduleInverseSqrt
+	}
+	if c.LRMinRatio == 0 {
+		c.LRMinRatio = 0.1
+	}
+	defi(&c.ReplayWindow, 5000)
+	defi(&c.ReplayBatchSize, 32)
+	defi(&c.EarlyStopPatience, 5)
+	defi(&c.EarlyStopRows, 256)
+	defi(&c.LRWarmup, 20)
+	defi(&c.LRDecaySteps, 1000)
 	defi(&c.EvalTrainWindow, 5000)
 	defi(&c.CheckpointEvery, 100)
 	defi(&c.CheckpointKeep, 3)
@@ -187,6 +249,21 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchSize < 1 || c.CheckpointEvery < 1 || c.Ensemble < 1 || c.DedupWindow < 1 || c.HeldoutWindow < 1 || c.EvalTrainWindow < 1 {
 		bad("batch size, checkpoint-every, ensemble, dedup, held-out and eval training windows must be ≥ 1")
+	}
+	if c.ReplayWindow < 1 {
+		bad("replay window %d: want ≥ 1 examples (--replay-window; to turn replays off, use --replay-ratio 0)", c.ReplayWindow)
+	}
+	if math.IsNaN(c.ReplayRatio) || math.IsInf(c.ReplayRatio, 0) || c.ReplayRatio > 1000 {
+		bad("replay ratio %v: want replayed examples per new example, from 0 (off) to 1000 (--replay-ratio)", c.ReplayRatio)
+	}
+	if c.ReplayBatchSize < 1 {
+		bad("replay batch size %d: want ≥ 1 examples per replayed step (--replay-batch-size)", c.ReplayBatchSize)
+	}
+	if c.EarlyStopRows < 1 {
+		bad("early-stop rows %d: want ≥ 1 held-out samples (--early-stop-rows)", c.EarlyStopRows)
+	}
+	for _, msg := range checkSchedule(c) {
+		bad("%s", msg)
 	}
 	if err := checkGroupKey(c.HeldoutGroupKey); err != nil {
 		bad("%v (--heldout-group-key)", err)

@@ -96,7 +96,9 @@ func (t *Trainer) loop(ctx context.Context, gens <-chan *kafka.Generation, msgs 
 	}
 	for {
 		for len(buf) >= t.cfg.BatchSize {
-			if err := t.trainBatch(ctx, buf[:t.cfg.BatchSize]); err != nil {
+			// Behind: another full batch of new samples is already read.
+			behind := len(buf)-t.cfg.BatchSize+len(msgs) >= t.cfg.BatchSize
+			if err := t.trainBatch(ctx, buf[:t.cfg.BatchSize], behind); err != nil {
 				return err
 			}
 			buf = buf[t.cfg.BatchSize:]
@@ -105,7 +107,7 @@ func (t *Trainer) loop(ctx context.Context, gens <-chan *kafka.Generation, msgs 
 			}
 		}
 		if len(buf) > 0 && time.Since(buf[0].arrived) >= t.cfg.BatchAge {
-			if err := t.trainBatch(ctx, buf); err != nil {
+			if err := t.trainBatch(ctx, buf, len(msgs) >= t.cfg.BatchSize); err != nil {
 				return err
 			}
 			buf = nil

@@ -16,6 +16,11 @@ type metrics struct {
 	staleV50, staleV95, staleM50, staleM95 prometheus.Gauge
 	trained, duplicates, bad, droppedStale prometheus.Counter
 	checkpoints                            prometheus.Counter
+	// Replays and the learning-rate schedule (replay.go, schedule.go).
+	optimizerSteps, learningRate      prometheus.Gauge
+	replayWindow, replayPaused        prometheus.Gauge
+	heldoutLoss, heldoutLossBest      prometheus.Gauge
+	replayed, replaySteps, earlyStops prometheus.Counter
 	// The latest checkpoint evaluation (evalhook.go).
 	evalRMSEDiff, evalSpearmanDiff, evalBeats prometheus.Gauge
 	evals, evalFailures                       prometheus.Counter
@@ -75,6 +80,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bad:          c("bad_samples_total", "Messages skipped as undecodable or invalid."),
 		droppedStale: c("dropped_stale_total", "Samples dropped for exceeding --max-staleness."),
 		checkpoints:  c("checkpoints_total", "Checkpoints written."),
+		optimizerSteps: g("optimizer_steps",
+			"Optimizer steps of ensemble member 0: steps on new samples plus replayed steps (the learning-rate schedule's clock, kept in checkpoints)."),
+		learningRate: g("learning_rate", "Learning rate of the next optimizer step (--lr-schedule)."),
+		replayWindow: g("replay_window_examples", "Admitted training examples held in the replay window (at most --replay-window; not in checkpoints)."),
+		replayPaused: g("replay_paused", "1 while early stopping pauses replays (the held-out loss stopped improving), else 0."),
+		heldoutLoss:  g("heldout_loss", "Latest early-stopping evaluation: ensemble mean loss (NLL + CE) on the newest --early-stop-rows held-out samples."),
+		heldoutLossBest: g("heldout_loss_best",
+			"Lowest held-out loss of the early-stopping evaluations since the last restart or reset (+Inf before the first)."),
+		replayed:     c("replayed_examples_total", "Examples replayed from the replay window (training passes, not admissions: not in samples_trained_total)."),
+		replaySteps:  c("replay_steps_total", "Optimizer steps on replayed examples."),
+		earlyStops:   c("early_stops_total", "Times early stopping paused replays."),
 		evalRMSEDiff: g("eval_rmse_diff", "Latest checkpoint evaluation: held-out effect RMSE of the model minus the best baseline's (negative: the model is better)."),
 		evalSpearmanDiff: g("eval_spearman_diff",
 			"Latest checkpoint evaluation: held-out Spearman rho of the model minus the best baseline's (positive: the model is better)."),
@@ -89,6 +105,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// No evaluation yet: no difference (not 0, which would read as a tie).
 	m.evalRMSEDiff.Set(math.NaN())
 	m.evalSpearmanDiff.Set(math.NaN())
+	m.heldoutLoss.Set(math.NaN())
+	m.heldoutLossBest.Set(math.Inf(1))
 	for i, x := range all {
 		if err := reg.Register(x); err != nil {
 			for _, done := range all[:i] {

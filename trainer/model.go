@@ -155,6 +155,9 @@ type Model struct {
 	// rawBags skips the bag merge (benchmarks measure what it saves).
 	rawBags bool
 	step    int
+	// lrAt, when set (SetSchedule), is the learning rate of optimizer step
+	// n (1-based), in place of cfg.LR.
+	lrAt func(n int) float32
 
 	table, b0, w1, b1, w2, b2 *param
 	params                    []*param
@@ -228,6 +231,19 @@ func (m *Model) Config() ModelConfig { return m.cfg }
 
 // Steps returns the number of optimizer steps taken.
 func (m *Model) Steps() int { return m.step }
+
+// SetSchedule makes f(n) the learning rate of optimizer step n (1-based,
+// counted by Steps, which State and Restore carry, so a restored model
+// continues the schedule); nil restores the constant cfg.LR.
+func (m *Model) SetSchedule(f func(n int) float32) { m.lrAt = f }
+
+// LR returns the learning rate the next TrainStep uses.
+func (m *Model) LR() float32 {
+	if m.lrAt != nil {
+		return m.lrAt(m.step + 1)
+	}
+	return m.cfg.LR
+}
 
 // ensure grows the scratch buffers to hold batch rows and nIdx features.
 func (m *Model) ensure(batch, nIdx int) {
@@ -372,17 +388,19 @@ func (m *Model) computeGrads(batch []Example) Losses {
 	return l
 }
 
-// TrainStep takes one AdamW step on batch and returns the batch's losses
+// TrainStep takes one AdamW step on batch, at the learning rate LR returns
+// (the schedule's, see SetSchedule), and returns the batch's losses
 // measured before the update. An empty batch is a no-op.
 func (m *Model) TrainStep(batch []Example) (Losses, error) {
 	if len(batch) == 0 {
 		return Losses{}, nil
 	}
 	l := m.computeGrads(batch)
+	lr := m.LR()
 	m.step++
 	c := m.cfg
 	for _, p := range m.params {
-		m.be.AdamW(p.p, p.g, p.m, p.v, p.n, c.LR, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, m.step)
+		m.be.AdamW(p.p, p.g, p.m, p.v, p.n, lr, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, m.step)
 	}
 	if err := m.be.Sync(); err != nil {
 		return l, fmt.Errorf("%w: %v", ErrDevice, err)

@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -47,8 +48,9 @@ type batchIntake struct {
 // trainBatch consumes batch (a prefix of what was read): it advances the
 // frontier over every message, skips undecodable and invalid ones (counted and
 // logged; see checkSample) and duplicates, drops stale ones, evaluates
-// held-out ones, and trains the rest in one step.
-func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
+// held-out ones, and trains the rest in one step, followed by a replay round
+// (replay.go) unless behind (a full batch of new samples waits).
+func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg, behind bool) error {
 	start := time.Now()
 	in, err := t.intake(ctx, batch)
 	if err != nil {
@@ -65,6 +67,10 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 	if len(in.train) == 0 {
 		return nil
 	}
+	rs, err := t.replay(in.train, behind)
+	if err != nil {
+		return err
+	}
 	t.step++
 	t.stepsSinceCk++
 	t.trained += int64(len(in.train))
@@ -80,11 +86,26 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg) error {
 	}
 	t.rows = append(t.rows, row)
 	t.metrics.observeStep(row, time.Since(start))
-	t.log.Info().Int64("step", t.step).Int("samples", len(in.train)).Int("heldout", len(in.held)).Int("duplicates", in.dup).
+	t.mu.Lock()
+	optSteps, lr := t.models[0].Steps(), t.models[0].LR()
+	t.mu.Unlock()
+	t.metrics.optimizerSteps.Set(float64(optSteps))
+	t.metrics.learningRate.Set(float64(lr))
+	ev := t.log.Info().Int64("step", t.step).Int("samples", len(in.train)).Int("heldout", len(in.held)).Int("duplicates", in.dup).
 		Int("dropped_stale", in.dropped).Int("bad", in.bad).Float64("loss", l.Total).Float64("loss_nll", l.NLL).Float64("loss_ce", l.CE).
 		Float64("heldout_acc", hm.Acc).Float64("heldout_macro_f1", hm.MacroF1).Float64("heldout_mae", hm.MAE).
 		Float64("staleness_versions_p95", row.sv95).Float64("staleness_model_p95", row.sm95).
-		Dur("took", time.Since(start)).Msg("step")
+		Int("replayed", rs.examples).Int("replay_steps", rs.steps).Int("optimizer_steps", optSteps).Float32("next_lr", lr)
+	if rs.steps > 0 {
+		ev = ev.Float64("replay_loss", rs.loss)
+	}
+	if rs.skipped != "" {
+		ev = ev.Str("replay_skipped", rs.skipped)
+	}
+	if !math.IsNaN(rs.heldoutLoss) {
+		ev = ev.Float64("heldout_loss", rs.heldoutLoss)
+	}
+	ev.Dur("took", time.Since(start)).Msg("step")
 	return nil
 }
 

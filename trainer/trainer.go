@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -96,6 +97,15 @@ type Trainer struct {
 	evaluator  CheckpointEvaluator
 	evalJobs   chan *CheckpointEval
 
+	// Replays (replay.go): the window of recent admitted training
+	// examples, the carried-over fraction of the replay budget, the draw's
+	// random source and scratch batch, and the early-stopping state.
+	window       *replayWindow
+	replayCredit float64
+	replayRand   *rand.Rand
+	replayBuf    []Example
+	early        earlyStop
+
 	// restoreDone: the checkpoint is restored (/healthz answers ok).
 	restoreDone atomic.Bool
 	// ready is closed once the trainer serves (Ready); addr is then set.
@@ -121,7 +131,9 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 	o := collect(opts)
 	t := &Trainer{cfg: cfg, log: o.logger("trainer"), ln: o.ln, be: o.be, wrapCH: o.wrapCH,
 		offsets: map[int32]int64{}, cells: map[string]int32{}, ready: make(chan struct{}),
-		heldSet: newSampleRing(cfg.HeldoutWindow), trainWin: newSampleRing(cfg.EvalTrainWindow), evaluator: o.evaluator}
+		heldSet: newSampleRing(cfg.HeldoutWindow), trainWin: newSampleRing(cfg.EvalTrainWindow), evaluator: o.evaluator,
+		window: newReplayWindow(cfg.ReplayWindow), replayRand: rand.New(rand.NewPCG(cfg.Seed, 0x7265706c6179)),
+		early: newEarlyStop(cfg.EarlyStopPatience)}
 	if err := t.loadHTTPSecurity(); err != nil {
 		return nil, err
 	}
@@ -142,6 +154,7 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 		if err != nil {
 			return nil, err
 		}
+		m.SetSchedule(newLRSchedule(&cfg).at)
 		t.models = append(t.models, m)
 	}
 	t.dedup = newDedup(cfg.DedupWindow, nil)
