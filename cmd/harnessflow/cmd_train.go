@@ -59,6 +59,7 @@ fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warm
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Brokers = kafkax.ParseBrokers(brokers)
 			cfg.Model.LR = float32(lr)
+			explicitZeros(&cfg, cmd.Flags().Changed)
 			log := obs.NewLogger("trainer")
 			if err := proc.SetNice(nice); err != nil {
 				return withCode(2, err)
@@ -115,7 +116,16 @@ fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warm
 	f.IntVar(&cfg.MaxStaleness, "max-staleness", 0, "drop samples staler than this many harness versions (0 = off)")
 	f.IntVar(&cfg.Ensemble, "ensemble", d.Ensemble, "train K models with different seeds; /v1/score answers their mean and majority vote")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of model 0 (model i uses seed+i)")
-	f.Float64Var(&lr, "lr", 0.003, "AdamW learning rate")
+	f.Float64Var(&lr, "lr", 0.003, "AdamW peak learning rate (--lr-schedule scales it by optimizer step)")
+	f.StringVar(&cfg.LRSchedule, "lr-schedule", d.LRSchedule, "learning-rate schedule over optimizer steps (new and replayed; the step is in checkpoints, so a restart continues it), each after a linear warm-up: inverse-sqrt (--lr/sqrt(1+t/--lr-decay-steps), no horizon), cosine (down to the floor over --lr-decay-steps, then flat) or constant")
+	f.IntVar(&cfg.LRWarmup, "lr-warmup", d.LRWarmup, "optimizer steps of the linear learning-rate warm-up (0: none)")
+	f.IntVar(&cfg.LRDecaySteps, "lr-decay-steps", d.LRDecaySteps, "time scale of the learning-rate decay in optimizer steps after the warm-up")
+	f.Float64Var(&cfg.LRMinRatio, "lr-min-ratio", d.LRMinRatio, "floor of the learning-rate decay, a fraction of --lr (0: none)")
+	f.IntVar(&cfg.ReplayWindow, "replay-window", d.ReplayWindow, "most recent admitted training samples kept in memory to replay (about 112 bytes each beside their text, which they share with --eval-train-window's; not in checkpoints: after a restart it refills from new samples)")
+	f.Float64Var(&cfg.ReplayRatio, "replay-ratio", d.ReplayRatio, "replayed examples per new training sample, drawn from --replay-window after each step on new samples: extra passes, never re-admissions (samples_trained counts each sample once); skipped while a full batch of new samples waits; 0 turns replays off")
+	f.IntVar(&cfg.ReplayBatchSize, "replay-batch-size", d.ReplayBatchSize, "most examples per replayed step (steps are the size of the new step up to this): smaller steps move the model more per replayed example and cost more CPU per example")
+	f.IntVar(&cfg.EarlyStopPatience, "early-stop-patience", d.EarlyStopPatience, "pause replays when the held-out loss (after each replay round, on the newest --early-stop-rows held-out samples) has not improved for this many evaluations; new samples always train, and replays resume when they improve it or have refilled --replay-window (0: never pause)")
+	f.IntVar(&cfg.EarlyStopRows, "early-stop-rows", d.EarlyStopRows, "newest held-out samples the early-stopping evaluation scores")
 	f.IntVar(&cfg.Model.Buckets, "buckets", d.Model.Buckets, "hashed n-gram buckets")
 	f.IntVar(&cfg.Model.Dim, "dim", d.Model.Dim, "embedding width")
 	f.IntVar(&cfg.Model.Hidden, "hidden", d.Model.Hidden, "hidden layer width")
@@ -127,6 +137,29 @@ fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warm
 	f.IntVar(&evalCfg.Resamples, "eval-resamples", 1000, "bootstrap resamples of the held-out groups per checkpoint evaluation")
 	f.IntVar(&evalCfg.MinGroups, "eval-min-groups", 10, "fewest held-out groups a checkpoint's verdict may rest on")
 	return cmd
+}
+
+// explicitZeros gives an explicit 0 (flag or environment) its meaning where
+// a zero Config field would take the default instead: --replay-ratio,
+// --early-stop-patience, --lr-warmup and --lr-min-ratio 0 turn the feature
+// off (negative in the Config), and --replay-window 0 is refused by
+// validation (which says how to turn replays off).
+func explicitZeros(cfg *trainer.Config, changed func(flag string) bool) {
+	if changed("replay-window") && cfg.ReplayWindow == 0 {
+		cfg.ReplayWindow = -1
+	}
+	if changed("replay-ratio") && cfg.ReplayRatio == 0 {
+		cfg.ReplayRatio = -1
+	}
+	if changed("early-stop-patience") && cfg.EarlyStopPatience == 0 {
+		cfg.EarlyStopPatience = -1
+	}
+	if changed("lr-warmup") && cfg.LRWarmup == 0 {
+		cfg.LRWarmup = -1
+	}
+	if changed("lr-min-ratio") && cfg.LRMinRatio == 0 {
+		cfg.LRMinRatio = -1
+	}
 }
 
 // autoMemoryHeadroom is what auto's limit allows above the model's tensors:
