@@ -53,7 +53,15 @@ scored on the last --heldout-window held-out samples beside four trivial baselin
 regression) fitted on the last --eval-train-window trained samples, with intervals from
 --eval-resamples bootstrap resamples of the held-out groups; the rows go to ClickHouse's
 critic_evals table with the verdict ("beats baselines", or "no signal yet", always with
-fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warming".`,
+fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warming".
+
+Training regime: after each step on new samples the trainer replays --replay-ratio
+examples per new one, drawn from the last --replay-window admitted (training passes,
+never re-admissions: samples_trained, offsets and trainer_steps rows count each sample
+once; skipped while a full batch of new samples waits), at a learning rate that warms up
+and decays by optimizer step (--lr-schedule; the step is in checkpoints). Replays pause
+when the loss on the newest held-out samples has not improved for --early-stop-patience
+evaluations, and resume when new samples improve it or refill the window.`,
 		Example: "  harnessflow train --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000 --checkpoint-dir ./.harnessflow/trainer",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
