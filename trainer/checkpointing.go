@@ -49,6 +49,8 @@ func (t *Trainer) restore(ctx context.Context) error {
 			Interface("offsets", ck.Offsets).Msg("restored checkpoint; reading from its offsets")
 	}
 	t.metrics.step.Set(float64(t.step))
+	t.metrics.optimizerSteps.Set(float64(t.models[0].Steps()))
+	t.metrics.learningRate.Set(float64(t.models[0].LR()))
 	// Rows of steps after the checkpoint describe work the restart discards.
 	if err := t.ch.Exec(ctx, forgetStepsSQL(t.cfg.Database, t.cfg.Cluster), t.cfg.Name, uint64(t.step)); err != nil {
 		return fmt.Errorf("delete trainer_steps rows after step %d: %w", t.step, err)

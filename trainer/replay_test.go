@@ -236,6 +236,9 @@ func TestLRScheduleFollowsStepsAcrossRestore(t *testing.T) {
 	if b.models[0].Steps() != n || b.models[0].LR() != want {
 		t.Fatalf("restored: %d steps, next rate %v; want %d and %v", b.models[0].Steps(), b.models[0].LR(), n, want)
 	}
+	if got := metricValue(t, b.metrics.learningRate); got != float64(want) || metricValue(t, b.metrics.optimizerSteps) != float64(n) {
+		t.Fatalf("restored: hf_trainer_learning_rate %v, hf_trainer_optimizer_steps %v; want %v and %d", got, metricValue(t, b.metrics.optimizerSteps), want, n)
+	}
 	next := SyntheticExamples(9, 8)
 	for _, tr := range []*Trainer{a, b} {
 		if _, err := tr.models[0].TrainStep(next); err != nil {

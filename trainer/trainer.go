@@ -165,6 +165,7 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 		return nil, err
 	}
 	t.metrics, t.served = m, served
+	m.learningRate.Set(float64(t.models[0].LR()))
 	store, err := NewCheckpointStore(cfg.CheckpointDir, cfg.CheckpointKeep, WithLogger(t.log))
 	if err != nil {
 		return nil, err
