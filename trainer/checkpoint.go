@@ -30,7 +30,9 @@ type Checkpoint struct {
 	Index int64
 	// ModelVersion is "<trainer>-v<Index>".
 	ModelVersion string
-	// Step is the number of optimizer steps taken.
+	// Step is the number of trainer steps taken (steps on newly admitted
+	// samples; each model state carries its optimizer steps, replays
+	// included).
 	Step int64
 	// SamplesTrained counts the samples trained into the weights.
 	SamplesTrained int64

@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		invalid.WithLabelValues(code) // present at 0 before the first one
 	}
 	m := &metrics{
-		step:         g("step", "Optimizer steps taken."),
+		step:         g("step", "Trainer steps taken: steps on newly admitted samples (trainer_steps rows; replayed steps are in optimizer_steps)."),
 		samples:      g("step_samples", "Samples trained in the last step."),
 		loss:         g("loss", "Last step's total loss (NLL + CE), ensemble mean."),
 		lossNLL:      g("loss_nll", "Last step's Gaussian NLL of the effect."),
