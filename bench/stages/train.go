@@ -139,6 +139,11 @@ func scoreLatency(ctx context.Context, cfg TrainConfig, be backend.Backend, out 
 	if err != nil {
 		return err
 	}
+	// /v1/score answers only from a published checkpoint: publish the
+	// untrained weights as one.
+	if err := t.Checkpoint(ctx); err != nil {
+		return fmt.Errorf("checkpoint before serving: %w", err)
+	}
 	srv := &http.Server{Handler: t.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
