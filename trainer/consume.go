@@ -96,8 +96,8 @@ func (t *Trainer) loop(ctx context.Context, gens <-chan *kafka.Generation, msgs 
 	}
 	for {
 		for len(buf) >= t.cfg.BatchSize {
-			// Behind: another full batch of new samples is already read.
-			behind := len(buf)-t.cfg.BatchSize+len(msgs) >= t.cfg.BatchSize
+			// Behind: a new sample beyond this batch is already read.
+			behind := len(buf)-t.cfg.BatchSize+len(msgs) > 0
 			if err := t.trainBatch(ctx, buf[:t.cfg.BatchSize], behind); err != nil {
 				return err
 			}
@@ -107,7 +107,7 @@ func (t *Trainer) loop(ctx context.Context, gens <-chan *kafka.Generation, msgs 
 			}
 		}
 		if len(buf) > 0 && time.Since(buf[0].arrived) >= t.cfg.BatchAge {
-			if err := t.trainBatch(ctx, buf, len(msgs) >= t.cfg.BatchSize); err != nil {
+			if err := t.trainBatch(ctx, buf, len(msgs) > 0); err != nil {
 				return err
 			}
 			buf = nil

@@ -28,10 +28,14 @@ import (
 // new samples (replays draw from whatever it holds). The replay credit, the
 // draw's random state and the early-stopping state restart too.
 //
-// Replays yield to new data: a round is skipped when a full batch of new
-// samples is already waiting (the trainer is behind the stream), so a
-// backlog trains at one pass and replays spend CPU only when the trainer
-// would otherwise wait.
+// Replays yield to new data: a round is skipped when any new sample is
+// already waiting (the trainer is behind the stream), so a backlog or a
+// burst trains at one pass and replays spend CPU only when the trainer
+// would otherwise wait. The credit of the skipped rounds is kept, up to
+// ReplayRatio × ReplayWindow examples, and spent by the first round after
+// the trainer has caught up: a burst (a demo campaign) gets its passes once
+// it has arrived, and the replay work after a long fast stream is bounded by
+// the window, not proportional to the stream.
 //
 // Early stopping. After each round, the ensemble's mean loss (Gaussian NLL
 // + cross-entropy, the training loss) on the newest EarlyStopRows samples
@@ -167,6 +171,12 @@ func (t *Trainer) replay(train []Example, behind bool) (replayStats, error) {
 		st.skipped = "off"
 		return st, nil
 	}
+	// Credit accrues for every admitted example, also while behind or
+	// paused, up to a window's worth of rounds (ReplayRatio × ReplayWindow
+	// examples): a backlog or a burst trains at one pass while it lasts,
+	// and its replays follow when the trainer has caught up, bounded
+	// however long the stream ran.
+	t.replayCredit = min(t.replayCredit+t.cfg.ReplayRatio*float64(len(train)), t.cfg.ReplayRatio*float64(t.cfg.ReplayWindow))
 	if behind {
 		st.skipped = "behind"
 		return st, nil
@@ -187,7 +197,6 @@ func (t *Trainer) replay(train []Example, behind bool) (replayStats, error) {
 		t.metrics.replayPaused.Set(0)
 		t.log.Info().Str("why", why).Int("samples_since_pause", es.sincePause).Msg("replays resume")
 	}
-	t.replayCredit += t.cfg.ReplayRatio * float64(len(train))
 	k := int(t.replayCredit)
 	t.replayCredit -= float64(k)
 	size := min(len(train), t.cfg.ReplayBatchSize)

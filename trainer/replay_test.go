@@ -412,3 +412,47 @@ func TestReplayAndScheduleConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayCreditWaitsForTheStreamToCatchUp: while behind, rounds are
+// skipped but their credit is kept; the first round after the trainer has
+// caught up spends it (ratio × every sample admitted meanwhile), and the
+// credit never exceeds ReplayRatio × ReplayWindow examples however long the
+// backlog.
+func TestReplayCreditWaitsForTheStreamToCatchUp(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tr := replayTrainer(t, reg, func(c *Config) { c.ReplayRatio, c.ReplayWindow, c.EarlyStopPatience = 2, 100, -1 })
+	r := rand.New(rand.NewPCG(5, 6))
+	samples := genSamples(r, 0, 48)
+	var off int64
+	for lo := 0; lo < 40; lo += 8 { // 5 batches, each with more waiting
+		var batch []sampleMsg
+		for _, s := range samples[lo : lo+8] {
+			batch = append(batch, sampleMsg{part: 0, off: off, s: s})
+			off++
+		}
+		if err := tr.trainBatch(context.Background(), batch, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := gauge(t, reg, "hf_trainer_replayed_examples_total"); got != 0 || tr.models[0].Steps() != 5 {
+		t.Fatalf("behind: %v replayed, %d optimizer steps; want none replayed, 5 steps", got, tr.models[0].Steps())
+	}
+	feed(t, tr, samples[40:], 8, &off) // caught up: 6 batches × 8 × 2 credit
+	if got := gauge(t, reg, "hf_trainer_replayed_examples_total"); got != 2*48 {
+		t.Fatalf("after catching up: %v replayed, want 2 × 48 = 96", got)
+	}
+	if tr.trained != 48 {
+		t.Fatalf("trained %d samples, want 48 (replays admit nothing)", tr.trained)
+	}
+
+	// A long backlog: the credit stops at ratio × window.
+	tr2 := replayTrainer(t, nil, func(c *Config) { c.ReplayRatio, c.ReplayWindow, c.EarlyStopPatience = 2, 16, -1 })
+	for i, s := range genSamples(r, 100, 64) {
+		if err := tr2.trainBatch(context.Background(), []sampleMsg{{part: 0, off: int64(i), s: s}}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tr2.replayCredit != 2*16 {
+		t.Fatalf("credit after a backlog of 64: %v, want the cap 2 × 16 = 32", tr2.replayCredit)
+	}
+}
