@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin/harnessflow
 
-.PHONY: build deps test-deps test fuzz demo bench chaos bench-produce vet
+.PHONY: build deps test-deps test fuzz demo bench chaos bench-produce bench-critic vet
 
 deps:
 	@bash infra/scripts/ensure-deps.sh
@@ -46,6 +46,15 @@ bench-produce: build
 # memory and the side-by-side ceilings, written to bench/results/e2e.json.
 bench: deps build
 	./$(BIN) bench e2e
+
+# The critic's closed loop and its offline evaluation (issue 27): the
+# picked-minus-random lift of K candidate updates per round, text signal on
+# and off, then the model against its baselines on held-out groups; output
+# in bench/results/critic.txt (bench/README.md, "The critic").
+bench-critic: build
+	mkdir -p bench/results
+	bash -o pipefail -c './$(BIN) bench critic $(CRITIC_FLAGS) | tee bench/results/critic.txt'
+	bash -o pipefail -c './$(BIN) bench critic-offline $(CRITIC_FLAGS) | tee -a bench/results/critic.txt'
 
 # The fault campaign: kills, restarts, outages, Kafka errors and malformed
 # input during one campaign; asserts nothing lost or duplicated and writes

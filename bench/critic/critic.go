@@ -37,9 +37,11 @@ type Config struct {
 	// their samples pair up). Default: "critic".
 	Campaign string
 	// Seeds are the simulated campaigns' seeds, one campaign each; each
-	// (campaign, seed) is one group of the split. Default: 1..48.
+	// (campaign, seed) is one group of the split. Default: 1..200.
 	Seeds []int64
-	// Scale is the tasks per cell (sim.Config.Scale). Default: 20.
+	// Scale is the tasks per cell (sim.Config.Scale). Default: 10 (two
+	// rounds: one update per evolved cell, whose lift is the agent's whole
+	// benefit, not a share of it).
 	Scale int
 	// SimBatchSize is the tasks per round (sim.Config.BatchSize). Default: 5.
 	SimBatchSize int
@@ -51,7 +53,7 @@ type Config struct {
 	// SplitSeed seeds the group split. Default: 0.
 	SplitSeed uint64
 	// Epochs over the training side, each in a fresh shuffled order.
-	// Default: 5.
+	// Default: 2 (5 overfits: bench/README.md).
 	Epochs int
 	// BatchSize is the training batch (the trainer's default). Default: 256.
 	BatchSize int
@@ -70,12 +72,12 @@ func (c *Config) setDefaults() {
 		c.Campaign = "critic"
 	}
 	if c.Seeds == nil {
-		for s := int64(1); s <= 48; s++ {
+		for s := int64(1); s <= 200; s++ {
 			c.Seeds = append(c.Seeds, s)
 		}
 	}
 	if c.Scale == 0 {
-		c.Scale = 20
+		c.Scale = 10
 	}
 	if c.SimBatchSize == 0 {
 		c.SimBatchSize = 5
@@ -84,7 +86,7 @@ func (c *Config) setDefaults() {
 		c.HeldoutFraction = 0.25
 	}
 	if c.Epochs == 0 {
-		c.Epochs = 5
+		c.Epochs = 2
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 256

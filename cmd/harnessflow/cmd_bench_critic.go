@@ -23,10 +23,10 @@ type criticFlags struct {
 	seeds, benchmarks, agents, evolvers, arms string
 }
 
-func (fl *criticFlags) add(f *pflag.FlagSet, cfg *critic.Config, epochs int) {
+func (fl *criticFlags) add(f *pflag.FlagSet, cfg *critic.Config, seeds string, scale, epochs int) {
 	f.StringVar(&cfg.Campaign, "campaign", "critic", "simulated campaign id")
-	f.StringVar(&fl.seeds, "seeds", "1..48", "seeds of the simulated campaigns: a range a..b or a comma list; one group each")
-	f.IntVar(&cfg.Scale, "scale", 20, "tasks per cell")
+	f.StringVar(&fl.seeds, "seeds", seeds, "seeds of the simulated campaigns: a range a..b or a comma list; one group each")
+	f.IntVar(&cfg.Scale, "scale", scale, "tasks per cell (rounds = scale / sim-batch-size; each update after a round but the last is a sample)")
 	f.IntVar(&cfg.SimBatchSize, "sim-batch-size", 5, "tasks per round")
 	f.StringVar(&fl.benchmarks, "benchmarks", "", "comma-separated benchmarks (default: the simulator's)")
 	f.StringVar(&fl.agents, "agents", "", "comma-separated agents (default: the simulator's)")
@@ -118,7 +118,7 @@ never enforced: exit 0 whatever the figures.`,
 		},
 	}
 	f := cmd.Flags()
-	fl.add(f, &cfg.Config, 2)
+	fl.add(f, &cfg.Config, "1..200", 10, 2)
 	f.IntVar(&cfg.K, "k", 5, "candidate updates per (cell, round)")
 	f.IntVar(&cfg.Stages, "stages", 4, "training stages (chunks of whole training groups), the loop measured after each")
 	return cmd
@@ -142,7 +142,7 @@ summary line (model RMSE / best baseline RMSE, the rho difference with its inter
 verdict) and the issue's goal: with the text on, RMSE <= 0.95 x the best baseline's and
 rho >= the best's + 0.10, the intervals excluding 0; with it off, no claimed gain. The
 goals are reported, never enforced: exit 0 whatever the verdict.`,
-		Example: "  harnessflow bench critic-offline\n  harnessflow bench critic-offline --seeds 1..12 --scale 10 --epochs 3",
+		Example: "  harnessflow bench critic-offline\n  harnessflow bench critic-offline --seeds 1..48 --scale 20 --epochs 5",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := fl.apply(&cfg); err != nil {
@@ -155,7 +155,7 @@ goals are reported, never enforced: exit 0 whatever the verdict.`,
 			return runCriticBench(err)
 		},
 	}
-	fl.add(cmd.Flags(), &cfg, 5)
+	fl.add(cmd.Flags(), &cfg, "1..200", 10, 2)
 	return cmd
 }
 
