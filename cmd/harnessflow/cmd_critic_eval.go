@@ -51,11 +51,12 @@ resamples: the verdict is "beats baselines" only when every difference's interva
 excludes 0 in the model's favour and there are at least --min-groups held-out groups,
 else "no signal yet".
 
-The model must not have trained on the held-out groups: a checkpoint of harnessflow train
-has trained on every sample outside its own sample-id held-out slice, so against it this
-evaluation is optimistic. --trainer-heldout-fraction F (the train run's
---heldout-fraction) keeps only held-out rows in that slice (never trained directly; their
-siblings may have been).
+The model must not have trained on the held-out groups. harnessflow train holds out whole
+groups by the same hash with seed 0 (except the first group it saw, which it trains on),
+so --split-seed 0 with --group-heldout-fraction and --group-key set to the train run's
+--heldout-fraction and --heldout-group-key reproduces its split; with another split,
+--trainer-heldout-fraction F (the train run's --heldout-fraction) keeps only held-out rows
+of groups the trainer held out too.
 
 Exit codes: 0 report printed (whatever the verdict), 1 failure, 2 bad flags or input.`,
 		Example: `  harnessflow export-dataset --format jsonl --out ./ds
@@ -74,7 +75,7 @@ Exit codes: 0 report printed (whatever the verdict), 1 failure, 2 bad flags or i
 	f.StringVar(&fl.key, "group-key", string(eval.DefaultGroupKey), "group key of the split and the bootstrap: campaign, campaign+seed or cell")
 	f.Float64Var(&fl.heldout, "group-heldout-fraction", 0.2, "fraction of groups held out")
 	f.Uint64Var(&fl.splitSeed, "split-seed", 0, "seed of the group split")
-	f.Float64Var(&fl.trainerHeldout, "trainer-heldout-fraction", 0, "keep only held-out rows in the trainer's sample-id held-out slice of this fraction (0: all)")
+	f.Float64Var(&fl.trainerHeldout, "trainer-heldout-fraction", 0, "keep only held-out rows of groups that train --heldout-fraction F held out, with --group-key as its --heldout-group-key (0: all)")
 	f.IntVar(&fl.cfg.Resamples, "resamples", 1000, "bootstrap resamples of the held-out groups")
 	f.Float64Var(&fl.cfg.Level, "level", 0.95, "interval coverage")
 	f.Uint64Var(&fl.cfg.Seed, "bootstrap-seed", 0, "bootstrap seed")
@@ -107,7 +108,7 @@ func runCriticEval(out io.Writer, fl criticEvalFlags) error {
 	if fl.trainerHeldout > 0 {
 		var keep []*schemas.LabeledSample
 		for _, s := range held {
-			if trainer.IsHeldOut(s.SampleID, fl.trainerHeldout) {
+			if trainer.IsHeldOutGroup(trainer.GroupOf(string(key), s), fl.trainerHeldout) {
 				keep = append(keep, s)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer"
 	"github.com/harnessflow/harnessflow/trainer/backend"
+	"github.com/harnessflow/harnessflow/trainer/eval"
 )
 
 // criticEvalSamples are samples of 30 (campaign, seed) groups × 6 cells × 4
@@ -111,7 +112,7 @@ func TestCriticEval(t *testing.T) {
 }
 
 // TestCriticEvalTrainerSlice: --trainer-heldout-fraction keeps only the
-// held-out rows in the trainer's sample-id held-out slice.
+// held-out rows of groups the trainer held out (its group split).
 func TestCriticEvalTrainerSlice(t *testing.T) {
 	dir := t.TempDir()
 	var buf bytes.Buffer
@@ -153,6 +154,21 @@ func TestCriticEvalTrainerSlice(t *testing.T) {
 	}
 	if held == 0 || held >= 312 || read != 720 || train != 408 {
 		t.Errorf("read %d, train %d, held %d: want 720, 408 and fewer than the 312 unfiltered held-out rows", read, train, held)
+	}
+	// Exactly the held-out rows whose group the trainer's split holds out.
+	clean, _ := eval.Clean(samples)
+	_, split, err := eval.Split(clean, eval.DefaultGroupKey, 0.4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, s := range split {
+		if trainer.IsHeldOutGroup(trainer.GroupOf(string(eval.DefaultGroupKey), s), 0.5) {
+			want++
+		}
+	}
+	if held != want {
+		t.Errorf("%d held-out rows kept, want the %d in groups the trainer holds out", held, want)
 	}
 }
 
