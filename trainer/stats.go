@@ -3,7 +3,6 @@ package trainer
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"hash/fnv"
 	"math"
 	"sort"
 	"strings"
@@ -56,20 +55,6 @@ func Summarize(recs []HeldoutRecord) HeldoutMetrics {
 	}
 	m.MacroF1 = f1s / float64(k)
 	return m
-}
-
-// IsHeldOut reports whether sampleID falls in the held-out slice of the given
-// fraction (by FNV-1a hash of the id; stable across runs and restarts). It is
-// the per-sample split trainers before the group split used (it leaks: a
-// round's siblings fall on both sides); the trainer now holds out by group
-// (IsHeldOutGroup).
-func IsHeldOut(sampleID string, fraction float64) bool {
-	if fraction <= 0 {
-		return false
-	}
-	h := fnv.New64a()
-	h.Write([]byte(sampleID))
-	return float64(h.Sum64()%10000) < fraction*10000
 }
 
 // quantile returns the q-quantile (nearest rank) of xs; 0 for none.
