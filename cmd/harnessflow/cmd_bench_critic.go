@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -15,6 +16,7 @@ import (
 func init() {
 	registerBench(newBenchCriticCmd)
 	registerBench(newBenchCriticOfflineCmd)
+	registerBench(newBenchCriticServiceCmd)
 }
 
 // criticFlags are the flags bench critic and bench critic-offline share:
@@ -53,6 +55,11 @@ func (fl *criticFlags) apply(cfg *critic.Config) error {
 		return err
 	}
 	cfg.Benchmarks, cfg.Agents, cfg.Evolvers = splitList(fl.benchmarks), splitList(fl.agents), splitList(fl.evolvers)
+	return fl.applyArms(cfg)
+}
+
+// applyArms parses --arms into cfg.Arms.
+func (fl *criticFlags) applyArms(cfg *critic.Config) error {
 	cfg.Arms = nil
 	for _, a := range splitList(fl.arms) {
 		switch a {
@@ -156,6 +163,66 @@ goals are reported, never enforced: exit 0 whatever the verdict.`,
 		},
 	}
 	fl.add(cmd.Flags(), &cfg, "1..200", 10, 2)
+	return cmd
+}
+
+func newBenchCriticServiceCmd() *cobra.Command {
+	var cfg critic.ServiceConfig
+	var trainSeeds, heldSeeds, benchmarks, agents, evolvers, arms string
+	cmd := &cobra.Command{
+		Use:   "critic-service",
+		Short: "The closed loop through the service: campaigns produced, processed and trained by the up stack, unseen candidates posted to /v1/score",
+		Long: `bench critic-service checks the critic as a user would meet it. For each arm (text
+signal on, then off: the control) it starts the harnessflow up stack with its defaults
+(embedded broker, managed ClickHouse, processors, sink, trainer on the CPU), sends the
+--train-seeds campaigns through the Go producer, waits until every labeled sample is in
+ClickHouse, the trainer's trainer_steps stop growing and the served checkpoint has not
+changed for 40 s, then derives the --heldout-seeds campaigns (never sent to the service)
+in-process and posts K candidate updates per held-out round (sim.Candidates, whose true
+lift is known) to the trainer's /v1/score. It prints the picked update's lift minus a
+random pick's, picking by effect and by reward, with a 95 % bootstrap interval over cells,
+beside the candidates in held-out wording and the oracle, and the served model_version.
+Nothing here trains: the figures are the service's. The goal (gain >= 2 pp, p < 0.05, >=
+200 cells; no gain with the text off) is reported, not enforced.`,
+		Example: "  harnessflow bench critic-service\n  harnessflow bench critic-service --train-seeds 1..40 --heldout-seeds 41..60 --arms on",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.TrainSeeds, err = parseSeeds(trainSeeds); err != nil {
+				return withCode(2, err)
+			}
+			if cfg.HeldoutSeeds, err = parseSeeds(heldSeeds); err != nil {
+				return withCode(2, err)
+			}
+			cfg.Benchmarks, cfg.Agents, cfg.Evolvers = splitList(benchmarks), splitList(agents), splitList(evolvers)
+			fl := criticFlags{arms: arms}
+			var c critic.Config
+			if err := fl.applyArms(&c); err != nil {
+				return withCode(2, err)
+			}
+			cfg.Arms = c.Arms
+			if err := cfg.Validate(); err != nil {
+				return withCode(2, err)
+			}
+			_, err = critic.RunService(cmd.Context(), cfg, cmd.OutOrStdout())
+			return runCriticBench(err)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Campaign, "campaign", "critic-svc", "simulated campaign id")
+	f.StringVar(&trainSeeds, "train-seeds", "1..150", "seeds of the campaigns sent to the service")
+	f.StringVar(&heldSeeds, "heldout-seeds", "151..200", "seeds of the campaigns never sent, whose candidates are scored")
+	f.IntVar(&cfg.Scale, "scale", 10, "tasks per cell")
+	f.IntVar(&cfg.SimBatchSize, "sim-batch-size", 5, "tasks per round")
+	f.StringVar(&benchmarks, "benchmarks", "", "comma-separated benchmarks (default: the simulator's)")
+	f.StringVar(&agents, "agents", "", "comma-separated agents (default: the simulator's)")
+	f.StringVar(&evolvers, "evolvers", "", "comma-separated evolvers (default: the simulator's)")
+	f.IntVar(&cfg.K, "k", 5, "candidate updates per (cell, round)")
+	f.StringVar(&arms, "arms", "on,off", "text-signal arms, each on a fresh stack: on, off or on,off")
+	f.IntVar(&cfg.Resamples, "resamples", 1000, "bootstrap resamples over cells")
+	f.DurationVar(&cfg.Timeout, "timeout", 20*time.Minute, "longest wait for the campaigns to be processed and the trainer to settle")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "where each arm's stack keeps its data (default: a temporary folder, removed)")
+	f.DurationVar(&cfg.Settle, "settle", 40*time.Second, "how long the served checkpoint must stay the same before scoring (longer than the trainer's 30 s checkpoint interval)")
 	return cmd
 }
 

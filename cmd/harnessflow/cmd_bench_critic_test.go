@@ -58,3 +58,15 @@ func TestBenchCriticLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchCriticServiceFlags: a held-out seed that is also a training seed,
+// a bad arm or bad seeds are usage errors, before any stack starts (the
+// run itself is bench/critic's TestRunService).
+func TestBenchCriticServiceFlags(t *testing.T) {
+	for _, bad := range [][]string{{"--train-seeds", "1..5", "--heldout-seeds", "5..6"}, {"--arms", "maybe"},
+		{"--train-seeds", "x"}, {"--k", "1"}} {
+		if code, _, _ := simRunCLI(t, append([]string{"bench", "critic-service"}, bad...)...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
