@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -249,27 +251,33 @@ func runServiceArm(ctx context.Context, cfg ServiceConfig, text bool, dataDir st
 	}); err != nil {
 		return nil, err
 	}
-	// Trained: the trainer's rows stop growing.
+	// Consumed: the trainer's frontier is at the end of every partition
+	// of the sample topic (hf_trainer_commit_lag 0), so every sample is
+	// trained or held out; then its rows stop growing.
+	client := &http.Client{Timeout: 30 * time.Second}
 	var last, same int
 	if err := waitFor(ctx, cfg.Timeout, 2*time.Second, out, "samples trained", func() (string, bool) {
+		lag, err := commitLag(ctx, client, ep.MetricsURL)
+		if err != nil {
+			return err.Error(), false
+		}
 		n, err := count("SELECT toUInt64(sum(samples)) FROM trainer_steps FINAL WHERE trainer = 'hf-trainer'")
 		if err != nil {
 			return err.Error(), false
 		}
-		if n == last && n > 0 {
+		if n == last && n > 0 && lag == 0 {
 			same++
 		} else {
 			last, same = n, 0
 		}
 		a.Trained = n
-		return fmt.Sprint(n), same >= 5
+		return fmt.Sprintf("%d (trainer lag %d)", n, lag), same >= 3
 	}); err != nil {
 		return nil, err
 	}
 	// Published: the served checkpoint holds the last step (the trainer
 	// checkpoints at most 30 s after its last step, then nothing changes;
 	// scoring checks that one checkpoint answered every candidate).
-	client := &http.Client{Timeout: 30 * time.Second}
 	probe := trainer.Input{Update: "probe", Kind: "skill"}
 	var version string
 	var stable time.Time
@@ -326,6 +334,40 @@ func runServiceArm(ctx context.Context, cfg ServiceConfig, text bool, dataDir st
 	a.ByEffect.SamplesTrained, a.ByReward.SamplesTrained = a.Trained, a.Trained
 	a.ByEffect.Elapsed, a.ByReward.Elapsed = time.Since(t0), time.Since(t0)
 	return a, nil
+}
+
+// commitLag sums the trainer's hf_trainer_commit_lag over partitions from
+// the stack's /metrics (an error until the gauge is there).
+func commitLag(ctx context.Context, c *http.Client, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total, seen := 0.0, false
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "hf_trainer_commit_lag{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		total, seen = total+v, true
+	}
+	if !seen {
+		return 0, errors.New("no hf_trainer_commit_lag yet")
+	}
+	return int(total), nil
 }
 
 // waitFor polls check every period until it reports done, printing its
