@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -308,15 +309,22 @@ func runServiceArm(ctx context.Context, cfg ServiceConfig, text bool, dataDir st
 	if err != nil {
 		return nil, err
 	}
-	scores, err := scoreAll(ctx, client, ep.TrainerURL, rounds)
+	// Pinned to the settled checkpoint: the trainer publishes a new one
+	// whenever its frontier moved (a late or redelivered sample does),
+	// and one checkpoint must score every candidate.
+	scores, err := scoreAll(ctx, client, ep.TrainerURL+"?model_version="+url.QueryEscape(a.ModelVersion), rounds)
 	if err != nil {
 		return nil, err
 	}
 	a.Requests = len(scores)
+	if s, err := postScore(ctx, client, ep.TrainerURL, &probe); err == nil && s.ModelVersion != a.ModelVersion {
+		fmt.Fprintf(out, "  the trainer published %s while the candidates were scored (its frontier moved); every candidate was scored by the pinned %s\n",
+			s.ModelVersion, a.ModelVersion)
+	}
 	for _, r := range rounds {
 		for _, in := range append(append([]*trainer.Input(nil), r.inputs...), r.rewordings...) {
 			if s := scores[in]; s.ModelVersion != a.ModelVersion {
-				return nil, fmt.Errorf("candidate scored by %s, not %s: the served checkpoint changed during scoring", s.ModelVersion, a.ModelVersion)
+				return nil, fmt.Errorf("candidate scored by %s, not the pinned %s", s.ModelVersion, a.ModelVersion)
 			}
 		}
 	}
