@@ -123,6 +123,12 @@ type Config struct {
 	// EarlyStopRows is how many of the newest held-out samples the
 	// early-stopping evaluation scores. Default: 256.
 	EarlyStopRows int
+	// EffectWeighting weighs each sample's effect term in the loss:
+	// "precision" (the number of paired tasks behind the effect, relative to
+	// its batch: Example.Precision) or "none". Labels are mostly neutral
+	// when rounds are small, so the effect carries the signal, and an
+	// effect measured on more tasks should count more. Default: precision.
+	EffectWeighting string
 	// LRSchedule is the learning-rate schedule over optimizer steps (new
 	// and replayed; schedule.go): inverse-sqrt, cosine or constant, each
 	// after a linear warm-up of LRWarmup steps, peaking at Model.LR.
@@ -207,6 +213,9 @@ func (c *Config) setDefaults() {
 	if c.LRSchedule == "" {
 		c.LRSchedule = ScheduleInverseSqrt
 	}
+	if c.EffectWeighting == "" {
+		c.EffectWeighting = WeightPrecision
+	}
 	if c.LRMinRatio == 0 {
 		c.LRMinRatio = 0.1
 	}
@@ -264,6 +273,9 @@ func (c *Config) Validate() error {
 	}
 	for _, msg := range checkSchedule(c) {
 		bad("%s", msg)
+	}
+	if c.EffectWeighting != WeightPrecision && c.EffectWeighting != WeightNone {
+		bad("effect weighting %q: want precision or none (--effect-weighting)", c.EffectWeighting)
 	}
 	if err := checkGroupKey(c.HeldoutGroupKey); err != nil {
 		bad("%v (--heldout-group-key)", err)

@@ -118,6 +118,13 @@ type Example struct {
 	Effect float64
 	// Label is LabelNegative, LabelNeutral or LabelPositive.
 	Label int
+	// Precision weighs the example's effect term (the Gaussian NLL) within
+	// its batch: each weight is Precision over the batch's mean (0 counts
+	// as the mean: unweighted). ExampleOf sets it to the number of paired
+	// tasks behind the effect, the precision of a mean of n pairs up to
+	// the per-task variance (pooled: a 5-task sample's own variance is too
+	// noisy to weight by). The label term is not weighted.
+	Precision float64
 }
 
 // Prediction is the model's output for one input.
@@ -315,6 +322,26 @@ func (m *Model) forward(ins []*Input) []float32 {
 func lossAndGrad(out []float32, ex []Example, grad []float32) Losses {
 	B := len(ex)
 	var l Losses
+	// Precision weights, normalised to mean 1 over the batch (an example
+	// without one takes the mean of those with one).
+	var psum float64
+	var pn int
+	for i := range ex {
+		if p := ex[i].Precision; p > 0 {
+			psum += p
+			pn++
+		}
+	}
+	pmean := 1.0
+	if pn > 0 {
+		pmean = psum / float64(pn)
+	}
+	weight := func(i int) float64 {
+		if p := ex[i].Precision; p > 0 {
+			return p / pmean
+		}
+		return 1
+	}
 	for i := range ex {
 		o := out[i*nOut : (i+1)*nOut]
 		mean, lv := float64(o[0]), float64(o[1])
@@ -326,7 +353,8 @@ func lossAndGrad(out []float32, ex []Example, grad []float32) Losses {
 		}
 		d := ex[i].Effect - mean
 		iv := math.Exp(-lv)
-		l.NLL += 0.5 * (lv + d*d*iv)
+		w := weight(i)
+		l.NLL += w * 0.5 * (lv + d*d*iv)
 		mx := math.Max(float64(o[2]), math.Max(float64(o[3]), float64(o[4])))
 		var z float64
 		var ez [3]float64
@@ -337,10 +365,10 @@ func lossAndGrad(out []float32, ex []Example, grad []float32) Losses {
 		l.CE += math.Log(z) + mx - float64(o[2+ex[i].Label])
 		if grad != nil {
 			g := grad[i*nOut : (i+1)*nOut]
-			g[0] = float32(-d * iv / float64(B))
+			g[0] = float32(-w * d * iv / float64(B))
 			g[1] = 0
 			if !clamped {
-				g[1] = float32(0.5 * (1 - d*d*iv) / float64(B))
+				g[1] = float32(w * 0.5 * (1 - d*d*iv) / float64(B))
 			}
 			for k := 0; k < 3; k++ {
 				p := ez[k] / z

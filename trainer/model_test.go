@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer/backend"
 )
 
@@ -315,5 +317,49 @@ func TestHostTensorBytes(t *testing.T) {
 	}
 	if got := tr.HostTensorBytes(); got != 3*m.TensorBytes() {
 		t.Fatalf("HostTensorBytes %d, want 3 models x %d", got, m.TensorBytes())
+	}
+}
+
+// TestPrecisionWeightsTheEffectTerm: equal precisions (or none) leave the
+// loss as it was; unequal ones weigh each example's NLL by its precision
+// over the batch's mean, and never the label's cross-entropy.
+func TestPrecisionWeightsTheEffectTerm(t *testing.T) {
+	m, err := NewModel(backend.NewCPU(), smallModel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exs := synth(rand.New(rand.NewPCG(9, 10)), 2)
+	a, b := exs[0], exs[1]
+	la, lb := m.Loss([]Example{a}), m.Loss([]Example{b})
+	plain := m.Loss([]Example{a, b})
+	a.Precision, b.Precision = 5, 5
+	if got := m.Loss([]Example{a, b}); got != plain {
+		t.Fatalf("equal precisions: %+v, unweighted %+v", got, plain)
+	}
+	a.Precision, b.Precision = 2, 1 // weights 4/3 and 2/3
+	got := m.Loss([]Example{a, b})
+	if want := (4.0/3*la.NLL + 2.0/3*lb.NLL) / 2; math.Abs(got.NLL-want) > 1e-9 {
+		t.Fatalf("weighted NLL %v, want %v", got.NLL, want)
+	}
+	if want := (la.CE + lb.CE) / 2; math.Abs(got.CE-want) > 1e-9 {
+		t.Fatalf("CE %v, want the unweighted %v", got.CE, want)
+	}
+	b.Precision = 0 // unknown: the mean of the others
+	if got := m.Loss([]Example{a, b}); math.Abs(got.NLL-plain.NLL) > 1e-12 {
+		t.Fatalf("one known precision: %v, want the unweighted %v", got.NLL, plain.NLL)
+	}
+
+	s := &schemas.LabeledSample{Update: "u", Label: schemas.LabelPositive, Effect: 0.2, NBefore: 7, NAfter: 5}
+	if ex := ExampleOf(s); ex.Precision != 5 || ex.Label != LabelPositive || ex.Effect != 0.2 {
+		t.Fatalf("ExampleOf: %+v", ex)
+	}
+	tr := replayTrainer(t, nil, func(c *Config) { c.EffectWeighting = WeightNone })
+	if ex := tr.exampleOf(s); ex.Precision != 0 {
+		t.Fatalf("--effect-weighting none: precision %v", ex.Precision)
+	}
+	bad := Config{Brokers: []string{"b"}, ClickHouse: "c", CheckpointDir: "d", EffectWeighting: "variance"}
+	bad.setDefaults()
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "--effect-weighting") {
+		t.Fatalf("unknown weighting: %v", err)
 	}
 }

@@ -262,8 +262,7 @@ func (t *Trainer) heldoutLoss() (float64, bool) {
 	rows = rows[max(0, len(rows)-t.cfg.EarlyStopRows):]
 	exs := make([]Example, len(rows))
 	for i, s := range rows {
-		exs[i] = Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
-			Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: LabelIndex(s.Label)}
+		exs[i] = t.exampleOf(s)
 	}
 	t.mu.Lock()
 	var loss float64

@@ -138,7 +138,6 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 			}
 			continue
 		}
-		label := LabelIndex(s.Label)
 		if t.dedup.has(s.SampleID) {
 			in.dup++
 			continue
@@ -155,8 +154,7 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 			in.dropped++
 			continue
 		}
-		ex := Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
-			Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: label}
+		ex := t.exampleOf(s)
 		if t.holdOut(s) {
 			in.held = append(in.held, ex)
 			t.heldSet.add(s)
@@ -169,6 +167,33 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 		in.staleM = append(in.staleM, float64(t.index-m.arrivedIndex))
 	}
 	return in, nil
+}
+
+// Effect weightings of Config.EffectWeighting.
+const (
+	// WeightPrecision weighs each effect by its paired tasks (the default).
+	WeightPrecision = "precision"
+	// WeightNone weighs every effect alike.
+	WeightNone = "none"
+)
+
+// ExampleOf is the training example of a (valid) labeled sample: its
+// input, effect and label index, and the precision of its effect, the
+// number of paired tasks behind it (min of n_before and n_after; 0 when
+// either is unknown, which counts as the batch's mean).
+func ExampleOf(s *schemas.LabeledSample) Example {
+	return Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
+		Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: LabelIndex(s.Label),
+		Precision: float64(max(min(s.NBefore, s.NAfter), 0))}
+}
+
+// exampleOf is ExampleOf under the trainer's Config.EffectWeighting.
+func (t *Trainer) exampleOf(s *schemas.LabeledSample) Example {
+	ex := ExampleOf(s)
+	if t.cfg.EffectWeighting == WeightNone {
+		ex.Precision = 0
+	}
+	return ex
 }
 
 // holdOut reports whether s is held out: its group (Config.HeldoutGroupKey)

@@ -324,17 +324,13 @@ func runArm(ctx context.Context, cfg Config, text bool, out io.Writer) (*Arm, er
 	return a, nil
 }
 
-// toExamples maps samples to training examples the way the trainer does.
-// The trainer's mapping is inline and unexported (trainer/steps.go, where
-// it builds an Example from each decoded sample after checkSample); this
-// replicates it field for field. The samples must be clean (eval.Clean), so
-// LabelIndex is never -1.
+// toExamples maps samples to training examples as the trainer does
+// (trainer.ExampleOf, precision-weighted). The samples must be clean
+// (eval.Clean), so every label is known.
 func toExamples(ss []*schemas.LabeledSample) []trainer.Example {
 	out := make([]trainer.Example, len(ss))
 	for i, s := range ss {
-		out[i] = trainer.Example{Input: trainer.Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind,
-			Evolver: s.EvolverModel, Agent: s.AgentModel, Benchmark: s.Benchmark},
-			Effect: s.Effect, Label: trainer.LabelIndex(s.Label)}
+		out[i] = trainer.ExampleOf(s)
 	}
 	return out
 }
