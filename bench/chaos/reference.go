@@ -120,32 +120,14 @@ func runReference(ctx context.Context, c *gen.Campaign, bad []malformed) (*refer
 // readTopics decodes every message of topics, from the first offset to the
 // end offset read at the start, and hands each event with its message to fn.
 func readTopics(ctx context.Context, brokers []string, fn func(kafka.Message, schemas.Event), topics ...string) error {
-	client := kafkax.NewClient(brokers)
-	ends, err := kafkax.EndOffsets(ctx, client, topics...)
-	if err != nil {
-		return err
-	}
-	for _, t := range topics {
-		for part, end := range ends[t] {
-			if end == 0 {
-				continue
-			}
-			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: t, Partition: part, MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond})
-			for {
-				m, err := r.ReadMessage(ctx)
-				if err != nil {
-					r.Close()
-					return fmt.Errorf("reference: read %s/%d: %w", t, part, err)
-				}
-				if ev, err := schemas.Decode(m.Value); err == nil {
-					fn(m, ev)
-				}
-				if m.Offset+1 >= end {
-					break
-				}
-			}
-			r.Close()
+	err := kafkax.ReadToEnd(ctx, brokers, func(m kafka.Message) error {
+		if ev, err := schemas.Decode(m.Value); err == nil {
+			fn(m, ev)
 		}
+		return nil
+	}, topics...)
+	if err != nil {
+		return fmt.Errorf("reference: %w", err)
 	}
 	return nil
 }

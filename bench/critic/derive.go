@@ -64,11 +64,14 @@ func derive(ctx context.Context, sims []sim.Config, progress io.Writer) ([]*sche
 		return nil, err
 	}
 	byID := map[string]*schemas.LabeledSample{}
-	err = readTopic(ctx, brokers, schemas.TopicSamples, func(ev schemas.Event) {
-		if s, ok := ev.(*schemas.LabeledSample); ok {
-			byID[s.SampleID] = s
+	err = kafkax.ReadToEnd(ctx, brokers, func(m kafka.Message) error {
+		if s, err := schemas.Decode(m.Value); err == nil {
+			if s, ok := s.(*schemas.LabeledSample); ok {
+				byID[s.SampleID] = s
+			}
 		}
-	})
+		return nil
+	}, schemas.TopicSamples)
 	if err != nil {
 		return nil, err
 	}
@@ -93,35 +96,4 @@ func derive(ctx context.Context, sims []sim.Config, progress io.Writer) ([]*sche
 		return a.SampleID < b.SampleID
 	})
 	return out, nil
-}
-
-// readTopic decodes every message of topic from the first offset to the end
-// offsets read at the start and hands each event to fn (bench/chaos's
-// readTopics, for one topic).
-func readTopic(ctx context.Context, brokers []string, topic string, fn func(schemas.Event)) error {
-	ends, err := kafkax.EndOffsets(ctx, kafkax.NewClient(brokers), topic)
-	if err != nil {
-		return err
-	}
-	for part, end := range ends[topic] {
-		if end == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part, MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond})
-		for {
-			m, err := r.ReadMessage(ctx)
-			if err != nil {
-				r.Close()
-				return fmt.Errorf("read %s/%d: %w", topic, part, err)
-			}
-			if ev, err := schemas.Decode(m.Value); err == nil {
-				fn(ev)
-			}
-			if m.Offset+1 >= end {
-				break
-			}
-		}
-		r.Close()
-	}
-	return nil
 }

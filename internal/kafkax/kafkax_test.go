@@ -2,6 +2,7 @@ package kafkax_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync/atomic"
@@ -188,5 +189,44 @@ func TestFloorAtStart(t *testing.T) {
 	ends := map[string]map[int]int64{"a": {0: 12, 1: 9, 2: 7}, "b": {0: 3}}
 	if n := kafkax.Lag(ends, got); n != 2 {
 		t.Fatalf("lag = %d, want 2 (a/0: 10..12)", n)
+	}
+}
+
+// TestReadToEnd: every message of a topic's partitions, once each, up to
+// the end offsets read at the start; an error of fn stops the read and is
+// returned.
+func TestReadToEnd(t *testing.T) {
+	b := testenv.Kafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	brokers := []string{b.Addr()}
+	const topic = "hf.samples"
+	w := kafkax.NewWriter(kafkax.WriterConfig{Brokers: brokers, Topic: topic})
+	defer w.Close()
+	const n = 120
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Key: []byte(fmt.Sprintf("k-%d", i%11)), Value: []byte(fmt.Sprint(i))}
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	if err := kafkax.ReadToEnd(ctx, brokers, func(m kafka.Message) error { seen[string(m.Value)]++; return nil }, topic); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != n {
+		t.Fatalf("read %d distinct messages, want %d", len(seen), n)
+	}
+	for v, c := range seen {
+		if c != 1 {
+			t.Fatalf("message %s read %d times", v, c)
+		}
+	}
+	stop := errors.New("enough")
+	calls := 0
+	err := kafkax.ReadToEnd(ctx, brokers, func(kafka.Message) error { calls++; return stop }, topic)
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("fn's error: %v after %d calls, want it after 1", err, calls)
 	}
 }
