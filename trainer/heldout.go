@@ -86,36 +86,3 @@ func splitmix64(z uint64) uint64 {
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
 }
-
-// sampleRing keeps the most recent cap samples (FIFO eviction), for the
-// held-out set and the training window of the checkpoint evaluation. Owned
-// by the training loop.
-type sampleRing struct {
-	cap  int
-	buf  []*schemas.LabeledSample
-	next int
-}
-
-func newSampleRing(capacity int) *sampleRing { return &sampleRing{cap: capacity} }
-
-func (r *sampleRing) add(s *schemas.LabeledSample) {
-	if r.cap <= 0 {
-		return
-	}
-	if len(r.buf) < r.cap {
-		r.buf = append(r.buf, s)
-		return
-	}
-	r.buf[r.next] = s
-	r.next = (r.next + 1) % r.cap
-}
-
-func (r *sampleRing) len() int { return len(r.buf) }
-
-// snapshot returns the samples oldest first, in a new slice (the samples
-// themselves are never modified, so they are shared).
-func (r *sampleRing) snapshot() []*schemas.LabeledSample {
-	out := make([]*schemas.LabeledSample, 0, len(r.buf))
-	out = append(out, r.buf[r.next:]...)
-	return append(out, r.buf[:r.next]...)
-}

@@ -1,9 +1,6 @@
 package trainer
 
-import (
-	"math"
-	"math/rand/v2"
-)
+import "math"
 
 // Replays: several passes over a bounded, recent window. A slow stream
 // (a demo campaign sends a few hundred samples) gives one pass of a few
@@ -53,49 +50,6 @@ import (
 // earlyStopMinDelta is how much an evaluation must improve on the best to
 // count as an improvement.
 const earlyStopMinDelta = 1e-4
-
-// replayWindow keeps the most recent cap admitted training examples (FIFO
-// eviction). An Example's strings are the decoded sample's, shared, not
-// copied. Owned by the training loop.
-type replayWindow struct {
-	cap  int
-	buf  []Example
-	next int
-}
-
-func newReplayWindow(capacity int) *replayWindow { return &replayWindow{cap: capacity} }
-
-func (w *replayWindow) add(ex Example) {
-	if w.cap <= 0 {
-		return
-	}
-	if len(w.buf) < w.cap {
-		w.buf = append(w.buf, ex)
-		return
-	}
-	w.buf[w.next] = ex
-	w.next = (w.next + 1) % w.cap
-}
-
-func (w *replayWindow) len() int { return len(w.buf) }
-
-// draw returns k ≤ len() distinct examples chosen uniformly by r (Floyd's
-// algorithm), in dst's storage.
-func (w *replayWindow) draw(r *rand.Rand, k int, dst []Example) []Example {
-	n := len(w.buf)
-	k = min(k, n)
-	dst = dst[:0]
-	chosen := make(map[int]struct{}, k)
-	for j := n - k; j < n; j++ {
-		i := r.IntN(j + 1)
-		if _, dup := chosen[i]; dup {
-			i = j
-		}
-		chosen[i] = struct{}{}
-		dst = append(dst, w.buf[i])
-	}
-	return dst
-}
 
 // earlyStop is the replays' early-stopping state (see above). Owned by the
 // training loop.

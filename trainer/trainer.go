@@ -88,7 +88,7 @@ type Trainer struct {
 	// HeldoutWindow samples of held-out groups) and trainWin the training
 	// window its baselines are fitted on (the last EvalTrainWindow trained
 	// samples); evaluator and evalJobs run it (evalhook.go).
-	heldSet, trainWin *sampleRing
+	heldSet, trainWin *ring[*schemas.LabeledSample]
 	// firstGroup is the group trained on although it hashes into the
 	// held-out fraction, because it came before any trained sample ("" if
 	// none); trainedAny says a sample was admitted for training (holdOut).
@@ -100,7 +100,7 @@ type Trainer struct {
 	// Replays (replay.go): the window of recent admitted training
 	// examples, the carried-over fraction of the replay budget, the draw's
 	// random source and scratch batch, and the early-stopping state.
-	window       *replayWindow
+	window       *ring[Example]
 	replayCredit float64
 	replayRand   *rand.Rand
 	replayBuf    []Example
