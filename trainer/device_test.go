@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http/httptest"
-	"os"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -17,16 +16,6 @@ import (
 // one call) and skip elsewhere; a machine with a GPU whose backend does not
 // open fails them.
 
-// gpuPresent reports whether this machine has an NVIDIA driver at all.
-func gpuPresent() bool {
-	for _, p := range []string{"/dev/nvidia0", "/proc/driver/nvidia"} {
-		if _, err := os.Stat(p); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
 // openGPU opens the CUDA backend for a test, or skips without a GPU.
 func openGPU(tb testing.TB) backend.Backend {
 	tb.Helper()
@@ -35,7 +24,7 @@ func openGPU(tb testing.TB) backend.Backend {
 	}
 	be, err := backend.OpenCUDA()
 	if err != nil {
-		if !gpuPresent() {
+		if !backend.NVIDIAPresent() {
 			tb.Skipf("no NVIDIA GPU on this machine: %v", err)
 		}
 		tb.Fatalf("an NVIDIA GPU is present but the CUDA backend does not open: %v", err)

@@ -4,22 +4,9 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 )
-
-// nvidiaPresent reports whether this machine has an NVIDIA GPU driver at all.
-// Without one the CUDA tests skip; with one, a backend that does not open is
-// a failure (a broken GPU setup must not pass silently).
-func nvidiaPresent() bool {
-	for _, p := range []string{"/dev/nvidia0", "/proc/driver/nvidia"} {
-		if _, err := os.Stat(p); err == nil {
-			return true
-		}
-	}
-	return false
-}
 
 // openTestCUDA opens GPU 0 for a test, or skips when the machine has no NVIDIA
 // GPU. The backend is closed (and must close cleanly) when the test ends.
@@ -27,7 +14,7 @@ func openTestCUDA(tb testing.TB) *cudaBackend {
 	tb.Helper()
 	c, err := newCUDA(0)
 	if err != nil {
-		if !nvidiaPresent() {
+		if !NVIDIAPresent() {
 			tb.Skipf("no NVIDIA GPU on this machine (no /dev/nvidia0, no /proc/driver/nvidia): %v", err)
 		}
 		tb.Fatalf("an NVIDIA device is present but the CUDA backend does not open: %v", err)
@@ -47,7 +34,7 @@ func TestOpenCUDARegistered(t *testing.T) {
 		t.Fatal("OpenCUDA is nil: cuda.go's init did not register the backend")
 	}
 	be, err := OpenCUDA()
-	if nvidiaPresent() {
+	if NVIDIAPresent() {
 		if err != nil {
 			t.Fatalf("an NVIDIA device is present but OpenCUDA fails: %v", err)
 		}

@@ -3,7 +3,21 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"os"
 )
+
+// NVIDIAPresent reports whether this machine has an NVIDIA GPU driver at all
+// (/dev/nvidia0 or /proc/driver/nvidia). The GPU tests skip without one and
+// fail with one when the CUDA backend does not open: a broken GPU setup must
+// not pass silently.
+func NVIDIAPresent() bool {
+	for _, p := range []string{"/dev/nvidia0", "/proc/driver/nvidia"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
 
 // OpenCUDA opens the CUDA backend. It is nil unless the CUDA implementation
 // (cuda*.go) sets it in its init; it returns an error when no usable GPU or
