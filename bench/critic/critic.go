@@ -72,9 +72,7 @@ func (c *Config) setDefaults() {
 		c.Campaign = "critic"
 	}
 	if c.Seeds == nil {
-		for s := int64(1); s <= 200; s++ {
-			c.Seeds = append(c.Seeds, s)
-		}
+		c.Seeds = seedRange(1, 200)
 	}
 	if c.Scale == 0 {
 		c.Scale = 10
@@ -94,6 +92,15 @@ func (c *Config) setDefaults() {
 	if c.Arms == nil {
 		c.Arms = []bool{true, false}
 	}
+}
+
+// seedRange is the seeds a..b.
+func seedRange(a, b int64) []int64 {
+	var out []int64
+	for s := a; s <= b; s++ {
+		out = append(out, s)
+	}
+	return out
 }
 
 // Validate reports every invalid field (after defaults), joined.

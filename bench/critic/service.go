@@ -76,14 +76,10 @@ func (c *ServiceConfig) setDefaults() {
 		c.Campaign = "critic-svc"
 	}
 	if c.TrainSeeds == nil {
-		for s := int64(1); s <= 150; s++ {
-			c.TrainSeeds = append(c.TrainSeeds, s)
-		}
+		c.TrainSeeds = seedRange(1, 150)
 	}
 	if c.HeldoutSeeds == nil {
-		for s := int64(151); s <= 200; s++ {
-			c.HeldoutSeeds = append(c.HeldoutSeeds, s)
-		}
+		c.HeldoutSeeds = seedRange(151, 200)
 	}
 	if c.Scale == 0 {
 		c.Scale = 10

@@ -14,9 +14,6 @@ import (
 // (its version and sha256 named), with the loop's figures for both picks.
 // About 40 s: most of it is waiting for the trainer's interval checkpoint.
 func TestRunService(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a stack and waits for its first checkpoint (about 40 s)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
