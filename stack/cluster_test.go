@@ -115,7 +115,16 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	})
 	cl.KillNode(s1r1)
 	t.Logf("killed replica %s at %s", s1r1.Name(), time.Since(start).Round(time.Millisecond))
-	time.Sleep(3 * time.Second) // the replica stays down while rows arrive
+	// The replica stays down while rows arrive: until the cluster holds
+	// more attempts than when it died (or all of them).
+	atKill, err := countRows(ctx, reader, cfg.Campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "attempts arriving while a replica is down", func() bool {
+		got, err := countRows(ctx, reader, cfg.Campaign)
+		return err == nil && (got.Attempts > atKill.Attempts || got.Attempts >= want.Attempts)
+	})
 	if err := cl.StartNode(ctx, s1r1); err != nil {
 		t.Fatal(err)
 	}
@@ -260,8 +269,6 @@ func openNode(ctx context.Context, t *testing.T, nd *chcluster.Node, db string) 
 	return conn
 }
 
-// syncReplicas waits until every replica of every local table has fetched
-// what its shard holds (SYSTEM SYNC REPLICA).
 // converge asks q of the single server and of a cluster node until the
 // answers agree or the deadline passes, and returns their last difference
 // ("" when they agree). The sinks still run: a table they recompute
@@ -269,15 +276,23 @@ func openNode(ctx context.Context, t *testing.T, nd *chcluster.Node, db string) 
 // by a few seconds on a loaded machine, which is not a difference.
 func converge(ctx context.Context, t *testing.T, deadline time.Time, refAddr, refDB, addr, db, q string, exact bool) string {
 	t.Helper()
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
 	for {
 		d := testenv.Diff(httpQuery(ctx, t, refAddr, refDB, q), httpQuery(ctx, t, addr, db, q), exact)
-		if d == "" || time.Now().After(deadline) || ctx.Err() != nil {
+		if d == "" || time.Now().After(deadline) {
 			return d
 		}
-		time.Sleep(time.Second)
+		select {
+		case <-ctx.Done():
+			return d
+		case <-poll.C:
+		}
 	}
 }
 
+// syncReplicas waits until every replica of every local table has fetched
+// what its shard holds (SYSTEM SYNC REPLICA).
 func syncReplicas(ctx context.Context, t *testing.T, cl *chcluster.Cluster, db string) {
 	t.Helper()
 	for _, nd := range cl.Nodes() {
