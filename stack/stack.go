@@ -36,6 +36,7 @@ import (
 	"github.com/harnessflow/harnessflow/producers/ingest"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 	"github.com/harnessflow/harnessflow/trainer"
+	"github.com/harnessflow/harnessflow/trainer/eval"
 )
 
 // Config configures the stack. Zero fields take the documented defaults.
@@ -250,7 +251,10 @@ func (s *Stack) Run(ctx context.Context) error {
 	tr, err := trainer.New(trainer.Config{
 		Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database,
 		CheckpointDir: filepath.Join(cfg.DataDir, "trainer"), Device: cfg.Device, Listen: trainerLn.Addr().String(),
-	}, trainer.WithLogger(s.sub("trainer")), trainer.WithRegisterer(reg), trainer.WithListener(trainerLn))
+	}, trainer.WithLogger(s.sub("trainer")), trainer.WithRegisterer(reg), trainer.WithListener(trainerLn),
+		// Every checkpoint is evaluated on the held-out groups against
+		// the baselines (critic_evals, the warming flag), as train does.
+		trainer.WithCheckpointEvaluator(eval.CheckpointEvaluator(eval.Config{})))
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/sinks/report"
+	"github.com/harnessflow/harnessflow/trainer"
 	"github.com/rs/zerolog"
 )
 
@@ -260,4 +261,70 @@ func numbers(r *report.Report) string {
 		return fmt.Sprint(err)
 	}
 	return string(b)
+}
+
+// TestUpEvaluatesCheckpoints: the up stack's trainer evaluates its
+// checkpoints on held-out groups, as train does. A first campaign whose
+// group it trains on, then one whose group it holds out: a checkpoint's
+// evaluation reaches critic_evals (the model and the four baselines; with
+// one held-out group the verdict is "no signal yet"), and /v1/score stays
+// warming.
+func TestUpEvaluatesCheckpoints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cfg := demoConfig()
+	cfg.Campaign = "evals"
+	var trainSeed, heldSeed int64
+	for s := int64(1); s < 200 && (trainSeed == 0 || heldSeed == 0); s++ {
+		held := trainer.IsHeldOutGroup(fmt.Sprintf("campaign:evals/seed:%d", s), trainer.DefaultConfig().HeldoutFraction)
+		if held && heldSeed == 0 {
+			heldSeed = s
+		} else if !held && trainSeed == 0 {
+			trainSeed = s
+		}
+	}
+	s, stop := startStack(t, t.TempDir())
+	defer stop()
+	for _, seed := range []int64{trainSeed, heldSeed} {
+		c := cfg
+		c.Seed = seed
+		if _, err := s.RunDemo(ctx, c, io.Discard, 4*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type row struct {
+		predictors, groups uint64
+		verdict            string
+	}
+	var got row
+	var lastErr error
+	defer func() {
+		if t.Failed() {
+			t.Logf("last query error: %v", lastErr)
+		}
+	}()
+	testenv.Eventually(t, 3*time.Minute, "a checkpoint evaluation in critic_evals", func() bool {
+		err := s.ClickHouseConn().QueryRow(ctx, `SELECT toUInt64(uniqExact(predictor)), toUInt64(max(heldout_groups)), toString(any(verdict))
+			FROM critic_evals FINAL WHERE trainer = 'hf-trainer'`).Scan(&got.predictors, &got.groups, &got.verdict)
+		lastErr = err
+		return err == nil && got.predictors > 0
+	})
+	if got.predictors != 5 || got.groups != 1 || got.verdict != "no signal yet" {
+		t.Fatalf("critic_evals: %d predictors, %d held-out groups, verdict %q; want 5, 1, no signal yet", got.predictors, got.groups, got.verdict)
+	}
+	code, body := postScoreJSON(t, s.Endpoints().TrainerURL)
+	if code != 200 || !strings.Contains(body, `"warming":true`) {
+		t.Fatalf("/v1/score: %d %s, want 200 and warming", code, body)
+	}
+}
+
+func postScoreJSON(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{"update":"run the tests first","kind":"skill","evolver":"opus46","agent":"opus46","benchmark":"swe"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
