@@ -54,6 +54,11 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 
 	const db = "hf_cluster"
 	s1r1, s1r2, s2r1, s2r2 := cl.Node(1, 1), cl.Node(1, 2), cl.Node(2, 1), cl.Node(2, 2)
+	// The replica this test kills comes back although it dies mid-insert
+	// (chcluster's crash tolerance; a refused start fails StartNode below).
+	if r := httpQuery(ctx, t, s1r1.HTTPAddr(), "default", "SELECT value FROM system.merge_tree_settings WHERE name = 'replicated_max_ratio_of_wrong_parts'"); len(r.Rows) != 1 || r.Rows[0][0] != "1" {
+		t.Fatalf("replicated_max_ratio_of_wrong_parts on %s: %v, want 1", s1r1.Name(), r.Rows)
+	}
 	// Migrate through one node, then again through another: nothing to do.
 	res := migrateCluster(ctx, t, s2r2, db, cl.Name())
 	if len(res.Applied) != len(chddl.Files()) {

@@ -324,7 +324,8 @@ func ruok(addr string) bool {
 }
 
 // nodeConfig is nd's part of config.xml: its interserver port, the
-// cluster's shards and replicas, ZooKeeper, its macros and the DDL queue.
+// cluster's shards and replicas, ZooKeeper, its macros, the DDL queue and
+// the crash tolerance of replicated tables.
 func (c *Cluster) nodeConfig(nd *Node, interserverPort int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "    <interserver_http_host>127.0.0.1</interserver_http_host>\n")
@@ -346,6 +347,14 @@ func (c *Cluster) nodeConfig(nd *Node, interserverPort int) string {
 	fmt.Fprintf(&b, "    <zookeeper>\n        <node><host>127.0.0.1</host><port>%d</port></node>\n        <session_timeout_ms>10000</session_timeout_ms>\n    </zookeeper>\n", c.zkPort)
 	fmt.Fprintf(&b, "    <macros>\n        <shard>%02d</shard>\n        <replica>r%d</replica>\n    </macros>\n", nd.Shard, nd.Replica)
 	b.WriteString("    <distributed_ddl>\n        <path>/clickhouse/task_queue/ddl</path>\n    </distributed_ddl>\n")
+	// A replica killed mid-insert keeps the part it wrote but never
+	// committed to ZooKeeper. At its next start ClickHouse refuses to load
+	// the table when such unexpected parts hold more than
+	// replicated_max_ratio_of_wrong_parts (0.5) of the rows on disk, which in
+	// a small table one batch can; at 1 it moves them to detached/ and
+	// fetches what ZooKeeper lists from the other replica, as the documented
+	// force_restore_data recovery does, so a crashed node comes back.
+	b.WriteString("    <merge_tree>\n        <replicated_max_ratio_of_wrong_parts>1</replicated_max_ratio_of_wrong_parts>\n    </merge_tree>\n")
 	return b.String()
 }
 
