@@ -62,8 +62,20 @@ func TestClickHouseClusterCommand(t *testing.T) {
 		}
 		return strings.TrimSpace(string(b)), err
 	}
-	if _, err := query(nodes[0], "CREATE TABLE default.t ON CLUSTER hf (x UInt8) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY x"); err != nil {
-		t.Fatal(err)
+	// On a loaded machine the first ON CLUSTER statement can lose its
+	// connection while ZooKeeper (a JVM just started) is slow to answer:
+	// the statement is idempotent, so it is repeated until it succeeds.
+	create := "CREATE TABLE IF NOT EXISTS default.t ON CLUSTER hf (x UInt8) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY x"
+	for until := time.Now().Add(90 * time.Second); ; {
+		_, err := query(nodes[0], create)
+		if err == nil {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatalf("create the replicated table: %v", err)
+		}
+		t.Logf("create the replicated table: %v; again", err)
+		<-time.After(time.Second)
 	}
 	if _, err := query(nodes[0], "INSERT INTO default.t VALUES (7)"); err != nil {
 		t.Fatal(err)
