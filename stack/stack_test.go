@@ -266,7 +266,7 @@ func numbers(r *report.Report) string {
 // TestUpEvaluatesCheckpoints: the up stack's trainer evaluates its
 // checkpoints on held-out groups, as train does. A first campaign whose
 // group it trains on, then one whose group it holds out: a checkpoint's
-// evaluation reaches critic_evals (the model and the four baselines; with
+// evaluation reaches critic_evals (the model and the five baselines; with
 // one held-out group the verdict is "no signal yet"), and /v1/score stays
 // warming.
 func TestUpEvaluatesCheckpoints(t *testing.T) {

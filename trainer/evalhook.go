@@ -19,7 +19,7 @@ import (
 // them, with the training window (the last EvalTrainWindow trained samples,
 // on which the baselines are fitted), to the CheckpointEvaluator given with
 // WithCheckpointEvaluator; `harnessflow train` gives trainer/eval's
-// (eval.CheckpointEvaluator: the four trivial baselines, group-bootstrap
+// (eval.CheckpointEvaluator: the five trivial baselines, group-bootstrap
 // intervals, the verdict). trainer/eval imports trainer, so the trainer
 // knows it only through this hook.
 //

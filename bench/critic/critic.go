@@ -3,7 +3,7 @@
 // signal on and off (the control), derives labeled samples through an
 // in-process processor, splits them by group (trainer/eval.Split), trains a
 // fresh trainer.Model on the training side only, and scores it on the
-// held-out groups against the four trivial baselines (trainer/eval).
+// held-out groups against the five trivial baselines (trainer/eval).
 // `harnessflow bench critic-offline` runs it.
 package critic
 

@@ -29,7 +29,7 @@ func tinyConfig() Config {
 }
 
 // TestRunOnAndOff: both arms derive samples, hold out whole groups, lower
-// the training loss, and report the model with the four baselines; the
+// the training loss, and report the model with the five baselines; the
 // control's samples are the text-on samples with other update text.
 func TestRunOnAndOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -68,7 +68,7 @@ func TestRunOnAndOff(t *testing.T) {
 		for _, b := range r.Baselines {
 			got[b.Name] = true
 		}
-		for _, want := range []string{eval.BaselineMedian, eval.BaselineMajority, eval.BaselineCellMean, eval.BaselineEvidence} {
+		for _, want := range []string{eval.BaselineMedian, eval.BaselineMajority, eval.BaselineCellMean, eval.BaselineEvidence, eval.BaselineContext} {
 			if !got[want] {
 				t.Errorf("%s: no %s baseline in the report", name, want)
 			}

@@ -142,8 +142,8 @@ control: the same effects, the skills' text drawn independently of them). For ea
 simulates one campaign per --seeds seed, derives labeled samples through an embedded
 broker and an in-process processor, splits them by (campaign, seed) group with
 --group-heldout-fraction, trains a fresh CPU reward model on the training side for
---epochs shuffled epochs, and scores it on the held-out groups against the four
-baselines (median, majority label, cell mean, evidence regression) with bootstrap
+--epochs shuffled epochs, and scores it on the held-out groups against the five
+baselines (median, majority label, cell mean, evidence and context regressions) with bootstrap
 intervals over the held-out groups, as critic-eval does. It prints each arm's table, a
 summary line (model RMSE / best baseline RMSE, the rho difference with its interval, the
 verdict) and the issue's goal: with the text on, RMSE <= 0.95 x the best baseline's and

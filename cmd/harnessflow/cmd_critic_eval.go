@@ -41,8 +41,9 @@ by group (--group-key: campaign, campaign+seed or cell; never by sample) with --
 and --split-seed. On the training side it fits the baselines: the median effect, the
 majority label, the per-(evolver, agent, benchmark) mean effect (the median for an unseen
 one), and the least-squares regression of effect on the evidence score parsed from the
-query (the mean of its "task <id>: pass|fail score=<x>" figures; the median without one).
-The checkpoint's models (the ensemble's mean and mixture std, as /v1/score) and the
+query (the mean of its "task <id>: pass|fail score=<x>" figures; the median without one),
+and the two together (a level per cell plus one evidence slope: the context regression,
+what a model can learn without reading the update). The checkpoint's models (the ensemble's mean and mixture std, as /v1/score) and the
 baselines are scored on the same held-out rows: effect RMSE, Spearman rho, coverage of
 1 and 2 sigma, Gaussian NLL (the median baseline's is the constant-Gaussian NLL) and label
 macro-F1, each with a percentile interval from --resamples bootstrap resamples of the

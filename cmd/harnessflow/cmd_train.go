@@ -48,7 +48,7 @@ Kafka broker or ClickHouse answers.
 Held-out evaluation: every sample of a held-out group (--heldout-group-key, default
 campaign+seed, so the sibling samples of a round stay together; --heldout-fraction of
 the groups, by hash) is never trained on. At each checkpoint the checkpoint's model is
-scored on the last --heldout-window held-out samples beside four trivial baselines
+scored on the last --heldout-window held-out samples beside five trivial baselines
 (median effect, majority label, per-(evolver, agent, benchmark) mean, evidence-score
 regression) fitted on the last --eval-train-window trained samples, with intervals from
 --eval-resamples bootstrap resamples of the held-out groups; the rows go to ClickHouse's

@@ -30,7 +30,7 @@ const CriticModel = "model"
 // criticBaselines are trainer/eval's baselines in its order, which breaks
 // ties when choosing the best baseline (the first listed wins); a baseline
 // not named here comes after them, by name.
-var criticBaselines = []string{"median", "majority-label", "cell-mean", "evidence-regression"}
+var criticBaselines = []string{"median", "majority-label", "cell-mean", "evidence-regression", "context-regression"}
 
 // criticMetrics are the metrics the trainer compares (model − best
 // baseline, each with a paired bootstrap interval that its verdict rests

@@ -41,6 +41,7 @@ const (
 	BaselineMajority = "majority-label"
 	BaselineCellMean = "cell-mean"
 	BaselineEvidence = "evidence-regression"
+	BaselineContext  = "context-regression"
 )
 
 // onehot is the probability vector of class c.
@@ -163,6 +164,15 @@ func EvidenceScore(query string) (x float64, ok bool) {
 //     row, when fewer than two training rows have one or their x are all
 //     equal) gets the training median. std = the RMS training residual of the
 //     rows it was fitted on (the median's when not fitted). Effect only.
+//   - context-regression: the two together, effect = a_cell + b·x: an
+//     intercept per (evolver, agent, benchmark) and one evidence slope b
+//     shared by every cell (least squares within cells). It is everything a
+//     model can learn from the context and the evidence's pass rate without
+//     reading the update, so a model that beats it gains from something
+//     else. A row without an evidence score gets its cell's mean, an unseen
+//     cell the evidence regression (the median without either). std = the
+//     RMS training residual of the rows it was fitted on (the evidence
+//     regression's when not fitted). Effect only.
 //
 // It returns ErrNoRows when train is empty.
 func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
@@ -185,10 +195,6 @@ func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
 	byCell := map[cellKey][]*schemas.LabeledSample{}
 	for _, s := range train {
 		byCell[keyOf(s)] = append(byCell[keyOf(s)], s)
-	}
-	type cellFit struct {
-		mean  float64
-		label int
 	}
 	cells := map[cellKey]cellFit{}
 	var cellRes []float64
@@ -223,12 +229,15 @@ func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
 		evStd = rms(r)
 	}
 
+	ctx := fitContext(train, cells, evStd)
+
 	n := len(heldout)
 	out := []Predictions{
 		{Name: BaselineMedian, Preds: make([]Prediction, n), Effect: true},
 		{Name: BaselineMajority, Preds: make([]Prediction, n), Label: true},
 		{Name: BaselineCellMean, Preds: make([]Prediction, n), Effect: true, Label: true},
 		{Name: BaselineEvidence, Preds: make([]Prediction, n), Effect: true},
+		{Name: BaselineContext, Preds: make([]Prediction, n), Effect: true},
 	}
 	for i, s := range heldout {
 		out[0].Preds[i] = Prediction{Mean: med, Std: medStd, Probs: onehot(maj)}
@@ -243,8 +252,100 @@ func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
 			p.Mean = a + b*x
 		}
 		out[3].Preds[i] = p
+		out[4].Preds[i] = ctx.predict(s, p, maj)
 	}
 	return out, nil
+}
+
+// cellFit is a cell's mean training effect and majority label.
+type cellFit struct {
+	mean  float64
+	label int
+}
+
+// contextFit is the context regression: a per-cell intercept and a shared
+// evidence slope.
+type contextFit struct {
+	// intercept[k] is cell k's a_cell; cellMean its mean effect (for a row
+	// without evidence).
+	intercept, cellMean map[cellKey]float64
+	slope               float64
+	fitted              bool
+	std                 float64
+}
+
+// fitContext fits effect = a_cell + b·x on the training rows with an
+// evidence score: b is the within-cell least-squares slope (each row's x
+// and effect centred on its cell's means over those rows), a_cell = ȳ_c −
+// b·x̄_c. It is not fitted when the within-cell spread of x is nil (it then
+// predicts as the evidence regression, with evStd).
+func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, evStd float64) contextFit {
+	type acc struct{ n, sx, sy float64 }
+	sums := map[cellKey]*acc{}
+	type row struct {
+		k    cellKey
+		x, y float64
+	}
+	var rows []row
+	for _, s := range train {
+		x, ok := EvidenceScore(s.Query)
+		if !ok {
+			continue
+		}
+		k := keyOf(s)
+		a := sums[k]
+		if a == nil {
+			a = &acc{}
+			sums[k] = a
+		}
+		a.n++
+		a.sx += x
+		a.sy += s.Effect
+		rows = append(rows, row{k, x, s.Effect})
+	}
+	f := contextFit{intercept: map[cellKey]float64{}, cellMean: map[cellKey]float64{}, std: evStd}
+	for k, c := range cells {
+		f.cellMean[k] = c.mean
+	}
+	var sxx, sxy float64
+	for _, r := range rows {
+		a := sums[r.k]
+		dx, dy := r.x-a.sx/a.n, r.y-a.sy/a.n
+		sxx += dx * dx
+		sxy += dx * dy
+	}
+	if len(rows) < 2 || sxx <= 1e-12*float64(len(rows)) {
+		return f
+	}
+	f.slope, f.fitted = sxy/sxx, true
+	for k, a := range sums {
+		f.intercept[k] = a.sy/a.n - f.slope*a.sx/a.n
+	}
+	res := make([]float64, len(rows))
+	for i, r := range rows {
+		res[i] = r.y - (f.intercept[r.k] + f.slope*r.x)
+	}
+	f.std = rms(res)
+	return f
+}
+
+// predict is the context regression's forecast for s; ev is the evidence
+// regression's forecast for s (the fallback for an unseen cell or an
+// unfitted regression), maj the training majority label.
+func (f contextFit) predict(s *schemas.LabeledSample, ev Prediction, maj int) Prediction {
+	p := Prediction{Mean: ev.Mean, Std: f.std, Probs: onehot(maj)}
+	if !f.fitted {
+		p.Std = ev.Std
+		return p
+	}
+	k := keyOf(s)
+	x, ok := EvidenceScore(s.Query)
+	if a, seen := f.intercept[k]; seen && ok {
+		p.Mean = a + f.slope*x
+	} else if m, seen := f.cellMean[k]; seen && !ok {
+		p.Mean = m
+	}
+	return p
 }
 
 // leastSquares fits y = a + b·x; ok is false with fewer than two points or no

@@ -6,7 +6,7 @@ import (
 )
 
 // BenchmarkEvaluate: one Evaluate (B = 1000 group resamples, the model and
-// four baselines) per op over held-out sets of growing size.
+// five baselines) per op over held-out sets of growing size.
 func BenchmarkEvaluate(b *testing.B) {
 	for _, campaigns := range []int{2, 10} {
 		samples := world(3, campaigns, 20, 8)

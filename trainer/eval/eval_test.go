@@ -245,8 +245,58 @@ func TestBaselinesKnownAnswers(t *testing.T) {
 	if !near(er[0].Mean, 0.2, 1e-12) || er[1].Mean != 0.2 || !near(er[0].Std, 0, 1e-12) {
 		t.Errorf("evidence regression %v, want 0.5·0.6 − 0.1 = 0.2, the median without evidence, std 0", er)
 	}
+	cr := byName[BaselineContext].Preds
+	if !near(cr[0].Mean, 0.2, 1e-12) || cr[1].Mean != 0.2 || !near(cr[0].Std, 0, 1e-12) {
+		t.Errorf("context regression %v, want 0.2 (one slope fits both cells), the median without evidence, std 0", cr)
+	}
 	if _, err := Baselines(nil, held); !errors.Is(err, ErrNoRows) {
 		t.Errorf("empty train: %v", err)
+	}
+}
+
+// TestContextRegressionWithinCells plants cells whose levels differ while
+// the evidence slope within each is −0.5: across cells the evidence
+// correlates the other way, so the evidence regression alone gets the slope
+// wrong and the context regression (a level per cell, one slope) does not.
+func TestContextRegressionWithinCells(t *testing.T) {
+	mk := func(ev string, x, e float64) *schemas.LabeledSample {
+		q := "no evidence"
+		if !math.IsNaN(x) {
+			q = fmt.Sprintf("task t: pass score=%g", x)
+		}
+		return &schemas.LabeledSample{SampleID: fmt.Sprint(ev, x, e), EvolverModel: ev, AgentModel: "a", Benchmark: "b", Effect: e, Label: "neutral", Query: q}
+	}
+	// e1: effect = 0 − 0.5·x; e2: effect = 0.3 − 0.5·x.
+	train := []*schemas.LabeledSample{mk("e1", 0.2, -0.1), mk("e1", 0.4, -0.2), mk("e2", 0.8, -0.1), mk("e2", 1.0, -0.2)}
+	held := []*schemas.LabeledSample{mk("e2", 0.6, 0), mk("e1", math.NaN(), 0), mk("e9", 0.5, 0)}
+	bs, err := Baselines(train, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cr, er []Prediction
+	for _, b := range bs {
+		switch b.Name {
+		case BaselineContext:
+			cr = b.Preds
+			if !b.Effect || b.Label {
+				t.Errorf("context regression takes part in effect %v, label %v: want effect only", b.Effect, b.Label)
+			}
+		case BaselineEvidence:
+			er = b.Preds
+		}
+	}
+	// The pooled evidence regression: b = −0.02/0.4 = −0.05, a = −0.15 + 0.05·0.6 = −0.12.
+	if !near(er[0].Mean, -0.12-0.05*0.6, 1e-12) {
+		t.Fatalf("evidence regression %v", er)
+	}
+	want := []float64{0.3 - 0.5*0.6, -0.15, -0.12 - 0.05*0.5}
+	for i, w := range want {
+		if !near(cr[i].Mean, w, 1e-12) {
+			t.Errorf("row %d: context regression %v, want %v (e2 at x 0.6; e1's mean without evidence; an unseen cell by the evidence regression)", i, cr[i].Mean, w)
+		}
+	}
+	if !near(cr[0].Std, 0, 1e-12) {
+		t.Errorf("std %v: the fit is exact", cr[0].Std)
 	}
 }
 
@@ -495,7 +545,7 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"truth", BaselineMedian, BaselineMajority, BaselineCellMean, BaselineEvidence,
+	for _, want := range []string{"truth", BaselineMedian, BaselineMajority, BaselineCellMean, BaselineEvidence, BaselineContext,
 		"rmse", "spearman", "nll", "macro_f1", "verdict: " + VerdictBeats, "0.0000 [0.0000, 0.0000]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

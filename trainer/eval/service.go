@@ -9,7 +9,7 @@ import (
 )
 
 // CheckpointEvaluator returns the trainer's per-checkpoint evaluation
-// (trainer.WithCheckpointEvaluator, wired by `harnessflow train`): the four
+// (trainer.WithCheckpointEvaluator, wired by `harnessflow train`): the five
 // baselines of Baselines fitted on the checkpoint's training window, the
 // checkpoint's model and the baselines scored by Evaluate on the held-out
 // rows with group-bootstrap intervals (cfg; its Key defaults to the
