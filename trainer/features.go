@@ -38,6 +38,8 @@ const (
 	spaceCrossBenchmark
 	spaceCrossAgent
 	spaceCrossKind
+	spaceContextCell
+	spaceContextEvidence
 )
 
 const (
@@ -76,6 +78,14 @@ type featurizer struct {
 	// a weight of its own in each, additively, instead of only through
 	// the MLP's nonlinearity on the summed bag.
 	crosses bool
+	// context adds the update's context as rows of its own
+	// (ModelConfig.Context): one per (evolver, agent, benchmark) cell, and
+	// the evidence pass rate x parsed from the query (EvidenceScore) as a
+	// pair of rows weighted x and 1 − x, at four levels (global, benchmark,
+	// agent × benchmark, cell), so that the bag is linear in x with a
+	// level and a slope of its own per cell that shrink towards the
+	// coarser levels' where a cell has few samples.
+	context bool
 }
 
 func (f featurizer) rows() int { return f.buckets + 4*f.cat }
@@ -147,6 +157,32 @@ func (f featurizer) features(idx []int32, w []float32, in *Input) ([]int32, []fl
 	}
 	if f.crosses {
 		idx, w = f.appendCrosses(idx, w, in)
+	}
+	if f.context {
+		idx, w = f.appendContext(idx, w, in)
+	}
+	return idx, w
+}
+
+// appendContext appends the context rows (featurizer.context). The
+// evidence figure is clamped to [0, 1] (a pass rate; a hostile or other
+// scale's figure must not blow up a weight); a query without one adds no
+// evidence rows.
+func (f featurizer) appendContext(idx []int32, w []float32, in *Input) ([]int32, []float32) {
+	ev, ag, bm := strings.ToLower(in.Evolver), strings.ToLower(in.Agent), strings.ToLower(in.Benchmark)
+	row := func(parts ...string) int32 {
+		return int32(fnv1a(spaceContextEvidence, parts...) % uint64(f.buckets))
+	}
+	idx = append(idx, int32(fnv1a(spaceContextCell, ev, ag, bm)%uint64(f.buckets)))
+	w = append(w, 1)
+	x, ok := EvidenceScore(clip(in.Query, f.maxText))
+	if !ok {
+		return idx, w
+	}
+	x = min(max(x, 0), 1)
+	for _, level := range [][]string{{"global"}, {"benchmark", bm}, {"agent", ag, bm}, {"cell", ev, ag, bm}} {
+		idx = append(idx, row(append(level, "x")...), row(append(level, "1-x")...))
+		w = append(w, float32(x), float32(1-x))
 	}
 	return idx, w
 }

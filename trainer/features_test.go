@@ -164,3 +164,70 @@ func TestCrossesSeparateContexts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestContextFeatures: the context rows are a cell row and, with an
+// evidence figure x in the query, a pair of rows weighted x and 1 − x at
+// each of four levels (linear in x, summing to 1 per level); x is clamped
+// to [0, 1]; two cells differ in their cell-level rows only (besides the
+// categorical rows); without evidence only the cell row is added; and a
+// checkpoint restores only with the same setting.
+func TestContextFeatures(t *testing.T) {
+	plain := featurizer{buckets: 1 << 16, cat: 64, maxText: 2048}
+	ctx := plain
+	ctx.context = true
+	in := Input{Update: "check the failing test first", Query: "evidence summary: round 1: 1 of 4 tasks failed", Kind: "skill",
+		Evolver: "e", Agent: "a", Benchmark: "swe"}
+	added := func(in Input) (idx []int32, w []float32) {
+		n, _ := plain.features(nil, nil, &in)
+		idx, w = ctx.features(nil, nil, &in)
+		return idx[len(n):], w[len(n):]
+	}
+	idx, w := added(in)
+	if len(idx) != 1+8 || w[0] != 1 {
+		t.Fatalf("context rows %v weights %v: want the cell row (weight 1) and 4 pairs", idx, w)
+	}
+	for i := 1; i < len(w); i += 2 {
+		if w[i] != 0.75 || w[i+1] != 0.25 {
+			t.Fatalf("pair %d weights %v, %v: want x = 0.75 and 1 − x", i/2, w[i], w[i+1])
+		}
+	}
+	hostile := in
+	hostile.Query = "task t1: pass score=1e30\n"
+	if _, w := added(hostile); w[1] != 1 || w[2] != 0 {
+		t.Fatalf("score 1e30 gave weights %v: want clamped to x = 1", w)
+	}
+	none := in
+	none.Query = "no figures here"
+	if idx, _ := added(none); len(idx) != 1 {
+		t.Fatalf("without evidence %d context rows, want the cell row only", len(idx))
+	}
+	other := in
+	other.Evolver = "f"
+	a, _ := added(in)
+	b, _ := added(other)
+	same := 0
+	for i := range a {
+		if a[i] == b[i] {
+			same++
+		}
+	}
+	if same != 6 { // the global, benchmark and agent × benchmark pairs
+		t.Fatalf("two evolvers share %d context rows, want 6 (every level but the cell's)", same)
+	}
+
+	be := backend.NewCPU()
+	m, err := NewModel(be, ModelConfig{Buckets: 1 << 10, CatBuckets: 16, Dim: 4, Hidden: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := NewModel(be, ModelConfig{Buckets: 1 << 10, CatBuckets: 16, Dim: 4, Hidden: 4, Context: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mc.Restore(m.State()); !errors.Is(err, ErrIncompatible) {
+		t.Fatalf("restoring plain weights into a context model: %v, want ErrIncompatible", err)
+	}
+	if err := mc.Restore(mc.State()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -65,6 +65,15 @@ type ModelConfig struct {
 	// same setting. Default: false (checkpoints written before the field
 	// existed read as false).
 	Crosses bool
+	// Context adds the update's context as features (featurizer.context):
+	// a row per (evolver, agent, benchmark) cell and the evidence pass rate
+	// parsed from the query (EvidenceScore) as weights, so the model can
+	// learn what trainer/eval's context regression fits (a level and an
+	// evidence slope per cell) and the update text's effect on top. Same
+	// tensors, other features: a checkpoint only restores into a model with
+	// the same setting. Default: false (checkpoints written before the
+	// field existed read as false).
+	Context bool
 }
 
 func (c *ModelConfig) setDefaults() {
@@ -182,7 +191,7 @@ func NewModel(be backend.Backend, cfg ModelConfig) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{be: be, cfg: cfg, feat: featurizer{buckets: cfg.Buckets, cat: cfg.CatBuckets, maxText: cfg.MaxTextBytes, crosses: cfg.Crosses}}
+	m := &Model{be: be, cfg: cfg, feat: featurizer{buckets: cfg.Buckets, cat: cfg.CatBuckets, maxText: cfg.MaxTextBytes, crosses: cfg.Crosses, context: cfg.Context}}
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	D, H := cfg.Dim, cfg.Hidden
 	uniform := func(n int, a float64) []float32 {
@@ -536,6 +545,9 @@ func (m *Model) Restore(st ModelState) error {
 	}
 	if st.Config.Crosses != m.cfg.Crosses {
 		return fmt.Errorf("%w: weights trained with feature crosses %v, model configured with %v", ErrIncompatible, st.Config.Crosses, m.cfg.Crosses)
+	}
+	if st.Config.Context != m.cfg.Context {
+		return fmt.Errorf("%w: weights trained with context features %v, model configured with %v", ErrIncompatible, st.Config.Context, m.cfg.Context)
 	}
 	for i, p := range m.params {
 		ps := st.Params[i]

@@ -43,6 +43,7 @@ func (fl *criticFlags) add(f *pflag.FlagSet, cfg *critic.Config, seeds string, s
 	f.Float32Var(&cfg.Model.WeightDecay, "weight-decay", 0.0001, "AdamW decoupled weight decay")
 	f.Uint64Var(&cfg.Model.Seed, "model-seed", 0, "model initialisation and shuffle seed")
 	f.BoolVar(&cfg.Model.Crosses, "crosses", false, "add update-word × benchmark/agent/kind features (train --crosses)")
+	f.BoolVar(&cfg.Model.Context, "context-features", false, "add the cell and the evidence pass rate as features (train --context-features)")
 	f.IntVar(&cfg.Eval.Resamples, "resamples", 1000, "bootstrap resamples")
 	f.IntVar(&cfg.Eval.MinGroups, "min-groups", 10, "fewest held-out groups a verdict may rest on")
 	f.StringVar(&fl.arms, "arms", "on,off", "text-signal arms to run, in order: on, off or on,off")

@@ -138,6 +138,7 @@ evaluations, and resume when new samples improve it or refill the window.`,
 	f.IntVar(&cfg.Model.Dim, "dim", d.Model.Dim, "embedding width")
 	f.IntVar(&cfg.Model.Hidden, "hidden", d.Model.Hidden, "hidden layer width")
 	f.BoolVar(&cfg.Model.Crosses, "crosses", d.Model.Crosses, "add update-word × benchmark/agent/kind features (a checkpoint restores only with the setting it was trained with)")
+	f.BoolVar(&cfg.Model.Context, "context-features", d.Model.Context, "add the cell and the evidence pass rate parsed from the query as features (a checkpoint restores only with the setting it was trained with)")
 	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", d.HeldoutFraction, "share of groups (--heldout-group-key) whose samples are held out of training for evaluation (negative disables)")
 	f.StringVar(&cfg.EffectWeighting, "effect-weighting", d.EffectWeighting, "weight of each sample's effect in the loss: precision (its paired tasks, relative to the batch) or none")
 	f.StringVar(&cfg.HeldoutGroupKey, "heldout-group-key", d.HeldoutGroupKey, "group of the held-out split: campaign, campaign+seed or cell (a group's samples are all on one side)")

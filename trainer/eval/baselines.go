@@ -2,9 +2,7 @@ package eval
 
 import (
 	"math"
-	"regexp"
 	"sort"
-	"strconv"
 
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer"
@@ -105,47 +103,9 @@ func keyOf(s *schemas.LabeledSample) cellKey {
 	return cellKey{s.EvolverModel, s.AgentModel, s.Benchmark}
 }
 
-// evidenceLine matches one evidence task line of a labeled sample's query as
-// processors/score renders it: "task <id>: pass|fail score=<score>".
-var evidenceLine = regexp.MustCompile(`(?m)^task .+: (?:pass|fail) score=(\S+)$`)
-
-// summaryFailed matches the simulator's evidence summary, "... N of M tasks
-// failed ...".
-var summaryFailed = regexp.MustCompile(`evidence summary: .*?\b(\d+) of (\d+) tasks failed`)
-
-// EvidenceScore parses the evidence figure of a labeled sample's query: the
-// mean of the score=<x> figures of its "task <id>: pass|fail score=<x>" lines
-// (the attempt-1 scores, in the update's own round, of the tasks the evolver
-// saw as evidence: the cell's "before" level on them); lines "task <id>: no
-// outcome in this cell" carry no score and are skipped. With no such line, it
-// falls back to 1 − N/M from an "evidence summary: ... N of M tasks failed"
-// line (the simulator's wording: the evidence pass rate). ok is false when the
-// query carries neither (the evidence regression then predicts the training
-// median). A task input that itself contains such a line would be counted:
-// the query format does not escape inputs.
-func EvidenceScore(query string) (x float64, ok bool) {
-	var sum float64
-	var n int
-	for _, m := range evidenceLine.FindAllStringSubmatch(query, -1) {
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			continue
-		}
-		sum += v
-		n++
-	}
-	if n > 0 {
-		return sum / float64(n), true
-	}
-	if m := summaryFailed.FindStringSubmatch(query); m != nil {
-		failed, err1 := strconv.Atoi(m[1])
-		total, err2 := strconv.Atoi(m[2])
-		if err1 == nil && err2 == nil && total > 0 && failed <= total {
-			return 1 - float64(failed)/float64(total), true
-		}
-	}
-	return 0, false
-}
+// EvidenceScore parses the evidence figure of a labeled sample's query
+// (trainer.EvidenceScore, which the model's context features read too).
+func EvidenceScore(query string) (x float64, ok bool) { return trainer.EvidenceScore(query) }
 
 // Baselines fits the trivial predictors on train and predicts for heldout:
 //
