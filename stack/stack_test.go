@@ -267,7 +267,9 @@ func numbers(r *report.Report) string {
 // checkpoints on held-out groups, as train does. A first campaign whose
 // group it trains on, then one whose group it holds out: a checkpoint's
 // evaluation reaches critic_evals (the model and the five baselines; with
-// one held-out group the verdict is "no signal yet"), and /v1/score stays
+// one held-out group the verdict is "no signal yet") and its paired
+// differences critic_eval_diffs (RMSE's among them, against a baseline of
+// that evaluation, with the same evaluated_at), and /v1/score stays
 // warming.
 func TestUpEvaluatesCheckpoints(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -309,8 +311,24 @@ func TestUpEvaluatesCheckpoints(t *testing.T) {
 		lastErr = err
 		return err == nil && got.predictors > 0
 	})
-	if got.predictors != 5 || got.groups != 1 || got.verdict != "no signal yet" {
-		t.Fatalf("critic_evals: %d predictors, %d held-out groups, verdict %q; want 5, 1, no signal yet", got.predictors, got.groups, got.verdict)
+	if got.predictors != 6 || got.groups != 1 || got.verdict != "no signal yet" {
+		t.Fatalf("critic_evals: %d predictors, %d held-out groups, verdict %q; want 6 (the model and five baselines), 1, no signal yet", got.predictors, got.groups, got.verdict)
+	}
+	// The RMSE difference of an evaluation in both tables: its baseline
+	// scored in that evaluation, every verdict "no signal yet".
+	var diffs struct {
+		rows, verdicts, baselineScored uint64
+	}
+	testenv.Eventually(t, time.Minute, "an evaluation's RMSE difference in critic_eval_diffs", func() bool {
+		err := s.ClickHouseConn().QueryRow(ctx, `SELECT toUInt64(count()), toUInt64(countIf(verdict = 'no signal yet' AND checkpoint_verdict = 'no signal yet')),
+			toUInt64(countIf((trainer, model_version, baseline, evaluated_at) IN
+				(SELECT trainer, model_version, predictor, evaluated_at FROM critic_evals FINAL WHERE metric = 'rmse')))
+			FROM critic_eval_diffs FINAL WHERE trainer = 'hf-trainer' AND metric = 'rmse'`).Scan(&diffs.rows, &diffs.verdicts, &diffs.baselineScored)
+		lastErr = err
+		return err == nil && diffs.rows > 0 && diffs.baselineScored == diffs.rows
+	})
+	if diffs.verdicts != diffs.rows {
+		t.Fatalf("critic_eval_diffs: %d RMSE rows, %d with both verdicts no signal yet", diffs.rows, diffs.verdicts)
 	}
 	code, body := postScoreJSON(t, s.Endpoints().TrainerURL)
 	if code != 200 || !strings.Contains(body, `"warming":true`) {

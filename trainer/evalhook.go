@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/harnessflow/harnessflow/schemas"
@@ -26,18 +28,21 @@ import (
 // The model's predictions are computed in the training loop right after the
 // save, from the live weights (then the checkpoint's; /v1/score waits per
 // batch of 256 rows); the evaluation itself (fitting baselines,
-// bootstrapping) and the write of its critic_evals rows run on one
-// goroutine of their own, so training goes on meanwhile. One evaluation runs
-// at a time and at most one waits: a checkpoint written while one waits
-// replaces it (the skipped one is logged). After each evaluation the
-// checkpoint's verdict goes to the serving side (warming until it beats its
-// baselines), its summary to the log and the hf_trainer_eval_* gauges. An
-// evaluation that fails, panics or cannot be written is logged and counted
+// bootstrapping) and the write of its critic_evals and critic_eval_diffs
+// rows run on one goroutine of their own, so training goes on meanwhile.
+// One evaluation runs at a time and at most one waits: a checkpoint written
+// while one waits replaces it (the skipped one is logged). After each
+// evaluation the checkpoint's verdict goes to the serving side (warming
+// until it beats its baselines), its summary to the log and the
+// hf_trainer_eval_* gauges. An evaluation that fails, panics or cannot be
+// written (to either table) is logged and counted once
 // (hf_trainer_eval_failures_total), never fatal: training and checkpoints go
 // on. On stop, the evaluation in progress or waiting finishes (at most
 // evalStopGrace after the stop) before Run returns.
 
-// Metric names of critic_evals rows (trainer/eval's, plus the coverages).
+// Metric names of critic_evals rows (trainer/eval's, plus the coverages);
+// critic_eval_diffs rows name the compared ones (rmse, spearman, nll,
+// macro_f1).
 const (
 	EvalRMSE     = "rmse"
 	EvalSpearman = "spearman"
@@ -85,7 +90,9 @@ type EvalMetric struct {
 	Value, Low, High  float64
 }
 
-// EvalComparison is model − best baseline on one metric.
+// EvalComparison is model − best baseline on one metric: Diff with its
+// paired bootstrap interval [Low, High], and the metric's verdict. The
+// trainer writes one critic_eval_diffs row per comparison.
 type EvalComparison struct {
 	Metric, Baseline string
 	Diff, Low, High  float64
@@ -118,8 +125,9 @@ const VerdictNoSignal = "no signal yet"
 type CheckpointEvaluator func(ctx context.Context, in *CheckpointEval) (*EvalResult, error)
 
 // WithCheckpointEvaluator evaluates every checkpoint with f and writes the
-// result to ClickHouse's critic_evals table. Default: none (checkpoints
-// are not evaluated; /v1/score stays warming).
+// result to ClickHouse's critic_evals table (its metrics) and
+// critic_eval_diffs table (its comparisons). Default: none (checkpoints are
+// not evaluated; /v1/score stays warming).
 func WithCheckpointEvaluator(f CheckpointEvaluator) Option {
 	return func(o *options) { o.evaluator = f }
 }
@@ -138,6 +146,11 @@ const (
 // (infra/chddl/0005_critic_evals.sql).
 const criticEvalsInsert = `INSERT INTO critic_evals (trainer, model_version, checkpoint_sha256, step, samples_trained,
   heldout_rows, heldout_groups, predictor, metric, value, ci_low, ci_high, verdict, evaluated_at)`
+
+// criticEvalDiffsInsert writes critic_eval_diffs rows
+// (infra/chddl/0006_critic_eval_diffs.sql).
+const criticEvalDiffsInsert = `INSERT INTO critic_eval_diffs (trainer, model_version, checkpoint_sha256, step, samples_trained,
+  heldout_rows, heldout_groups, metric, baseline, diff, ci_low, ci_high, verdict, checkpoint_verdict, evaluated_at)`
 
 // startEvals starts the evaluation goroutine (when there is an evaluator)
 // and returns the function that stops it: it lets the evaluation in
@@ -261,8 +274,20 @@ func (t *Trainer) runEval(runCtx context.Context, job *CheckpointEval) {
 		ev = ev.Str("note", res.Note)
 	}
 	ev.Dur("took", time.Since(start)).Msg("checkpoint evaluated")
-	if err := t.writeEvals(ctx, job, res); err != nil {
-		fail(err, "write critic_evals rows failed")
+	// Both tables get the evaluation's rows, with one evaluated_at, each
+	// whether or not the other's write failed; a failure of either or both
+	// counts once.
+	at := time.Now().UTC()
+	var failed []string
+	var errs []error
+	if err := t.writeEvals(ctx, job, res, at); err != nil {
+		failed, errs = append(failed, "critic_evals"), append(errs, err)
+	}
+	if err := t.writeEvalDiffs(ctx, job, res, at); err != nil {
+		failed, errs = append(failed, "critic_eval_diffs"), append(errs, err)
+	}
+	if len(errs) > 0 {
+		fail(errors.Join(errs...), "write "+strings.Join(failed, " and ")+" rows failed")
 	}
 }
 
@@ -282,31 +307,76 @@ func (t *Trainer) callEvaluator(ctx context.Context, job *CheckpointEval) (res *
 }
 
 // writeEvals writes res as critic_evals rows, one per (predictor, metric)
-// whose value is defined, retrying transient failures like flushRows.
-func (t *Trainer) writeEvals(ctx context.Context, job *CheckpointEval, res *EvalResult) error {
-	at := time.Now().UTC()
-	op := func() error {
-		b, err := t.ch.PrepareBatch(ctx, criticEvalsInsert)
-		if err != nil {
-			return classify(err)
-		}
+// whose value is defined, evaluated at at.
+func (t *Trainer) writeEvals(ctx context.Context, job *CheckpointEval, res *EvalResult, at time.Time) error {
+	err := t.insertEvalRows(ctx, criticEvalsInsert, func(b driver.Batch) error {
 		for _, m := range res.Metrics {
 			if math.IsNaN(m.Value) {
 				continue
 			}
 			if err := b.Append(job.Trainer, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
 				uint32(res.HeldoutRows), uint32(res.HeldoutGroups), m.Predictor, m.Metric, m.Value, m.Low, m.High, res.Verdict, at); err != nil {
-				_ = b.Abort()
-				return backoff.Permanent(fmt.Errorf("append critic_evals row %s/%s: %w", m.Predictor, m.Metric, err))
+				return fmt.Errorf("append critic_evals row %s/%s: %w", m.Predictor, m.Metric, err)
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write %d critic_evals rows of %s (is the critic_evals migration, infra/chddl/0005, applied?): %w",
+			len(res.Metrics), job.ModelVersion, err)
+	}
+	return nil
+}
+
+// writeEvalDiffs writes res's comparisons as critic_eval_diffs rows, one
+// per metric whose difference is defined, with the metric's verdict and
+// the checkpoint's, evaluated at at (the critic_evals rows' time). Nothing
+// is written when there is no comparison.
+func (t *Trainer) writeEvalDiffs(ctx context.Context, job *CheckpointEval, res *EvalResult, at time.Time) error {
+	n := 0
+	for _, c := range res.Comparisons {
+		if !math.IsNaN(c.Diff) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	err := t.insertEvalRows(ctx, criticEvalDiffsInsert, func(b driver.Batch) error {
+		for _, c := range res.Comparisons {
+			if math.IsNaN(c.Diff) {
+				continue
+			}
+			if err := b.Append(job.Trainer, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
+				uint32(res.HeldoutRows), uint32(res.HeldoutGroups), c.Metric, c.Baseline, c.Diff, c.Low, c.High, c.Verdict, res.Verdict, at); err != nil {
+				return fmt.Errorf("append critic_eval_diffs row %s/%s: %w", c.Metric, c.Baseline, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write %d critic_eval_diffs rows of %s (is the critic_eval_diffs migration, infra/chddl/0006, applied?): %w",
+			n, job.ModelVersion, err)
+	}
+	return nil
+}
+
+// insertEvalRows sends one batch of query, filled by fill, retrying
+// transient failures like flushRows; a row that fill cannot append fails
+// at once.
+func (t *Trainer) insertEvalRows(ctx context.Context, query string, fill func(driver.Batch) error) error {
+	op := func() error {
+		b, err := t.ch.PrepareBatch(ctx, query)
+		if err != nil {
+			return classify(err)
+		}
+		if err := fill(b); err != nil {
+			_ = b.Abort()
+			return backoff.Permanent(err)
 		}
 		return classify(b.Send())
 	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, time.Minute
-	if err := backoff.Retry(op, backoff.WithContext(bo, ctx)); err != nil {
-		return fmt.Errorf("write %d critic_evals rows of %s (is the critic_evals migration, infra/chddl/0005, applied?): %w",
-			len(res.Metrics), job.ModelVersion, err)
-	}
-	return nil
+	return backoff.Retry(op, backoff.WithContext(bo, ctx))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -70,6 +71,41 @@ func criticEvals(t *testing.T, ch *testenv.CH, name string) []evalRow {
 	return out
 }
 
+// diffRow is one critic_eval_diffs row.
+type diffRow struct {
+	version, sha, metric, baseline, verdict, ckVerdict string
+	step, trained                                      uint64
+	rows, groups                                       uint32
+	diff, lo, hi                                       float64
+	at                                                 time.Time
+}
+
+// criticEvalDiffs returns trainer name's critic_eval_diffs rows (FINAL).
+func criticEvalDiffs(t *testing.T, ch *testenv.CH, name string) []diffRow {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := ch.Conn.Query(ctx, `SELECT model_version, checkpoint_sha256, metric, baseline, verdict, checkpoint_verdict, step, samples_trained,
+		heldout_rows, heldout_groups, diff, ci_low, ci_high, evaluated_at FROM critic_eval_diffs FINAL WHERE trainer = ? ORDER BY step, metric`, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []diffRow
+	for rows.Next() {
+		var r diffRow
+		if err := rows.Scan(&r.version, &r.sha, &r.metric, &r.baseline, &r.verdict, &r.ckVerdict, &r.step, &r.trained, &r.rows, &r.groups,
+			&r.diff, &r.lo, &r.hi, &r.at); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // evalConfig is a small trainer that checkpoints often and holds out a
 // quarter of the (campaign, seed) groups.
 func evalConfig(addr string, ch *testenv.CH, name, dir string) Config {
@@ -81,16 +117,16 @@ func evalConfig(addr string, ch *testenv.CH, name, dir string) Config {
 	}
 }
 
-// failingEvalsCH fails every critic_evals insert with a non-retryable
-// server error while fail is set.
+// failingEvalsCH fails every critic_evals and critic_eval_diffs insert
+// with a non-retryable server error while fail is set.
 type failingEvalsCH struct {
 	driver.Conn
 	fail atomic.Bool
 }
 
 func (c *failingEvalsCH) PrepareBatch(ctx context.Context, query string, opts ...driver.PrepareBatchOption) (driver.Batch, error) {
-	if c.fail.Load() && strings.Contains(query, "critic_evals") {
-		return nil, &clickhouse.Exception{Code: 60, Name: "UNKNOWN_TABLE", Message: "injected: critic_evals is unavailable"}
+	if c.fail.Load() && strings.Contains(query, "INTO critic_eval") {
+		return nil, &clickhouse.Exception{Code: 60, Name: "UNKNOWN_TABLE", Message: "injected: the table is unavailable"}
 	}
 	return c.Conn.PrepareBatch(ctx, query, opts...)
 }
@@ -98,9 +134,11 @@ func (c *failingEvalsCH) PrepareBatch(ctx context.Context, query string, opts ..
 // TestCheckpointEvaluationWritesRowsAndSurvivesFaults: every checkpoint is
 // evaluated on held-out samples only (never trained), the evaluator's rows
 // land in critic_evals with the checkpoint's file sha256, step, samples
-// trained and verdict, the verdict reaches the serving side; an evaluator
-// that fails, panics, or whose rows cannot be written stops neither training
-// nor checkpoints, and is counted.
+// trained and verdict, its comparisons in critic_eval_diffs (baseline,
+// paired difference and interval, the metric's and the checkpoint's
+// verdicts, the same evaluated_at), the verdict reaches the serving side; an
+// evaluator that fails, panics, or whose rows cannot be written stops
+// neither training nor checkpoints, and is counted.
 func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
@@ -138,10 +176,14 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 		if n%2 == 0 {
 			verdict = VerdictBeats
 		}
+		// ρ's comparison has no signal on every checkpoint, and NLL's
+		// difference is undefined (no row).
 		return &EvalResult{Verdict: verdict, HeldoutRows: len(in.Heldout), HeldoutGroups: 3,
 			Metrics: []EvalMetric{{Predictor: "model", Metric: EvalRMSE, Value: 0.1, Low: 0.05, High: 0.2},
 				{Predictor: "median", Metric: EvalRMSE, Value: 0.3, Low: 0.2, High: 0.4}},
-			Comparisons: []EvalComparison{{Metric: EvalRMSE, Baseline: "median", Diff: -0.2, Low: -0.3, High: -0.1, Verdict: verdict}}}, nil
+			Comparisons: []EvalComparison{{Metric: EvalRMSE, Baseline: "median", Diff: -0.2, Low: -0.3, High: -0.1, Verdict: verdict},
+				{Metric: EvalSpearman, Baseline: "cell-mean", Diff: 0.05, Low: -0.02, High: 0.11, Verdict: VerdictNoSignal},
+				{Metric: EvalNLL, Baseline: "median", Diff: math.NaN(), Low: math.NaN(), High: math.NaN(), Verdict: VerdictNoSignal}}}, nil
 	}
 	fch := &failingEvalsCH{}
 	fch.fail.Store(true)
@@ -220,6 +262,35 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no evaluated checkpoint is still kept")
 	}
+	// Diff rows: per checkpoint with critic_evals rows, its two defined
+	// comparisons as the evaluator returned them, from the same evaluation.
+	diffs := map[string][]diffRow{}
+	for _, d := range criticEvalDiffs(t, ch, cfg.Name) {
+		diffs[d.version] = append(diffs[d.version], d)
+	}
+	for v, rs := range byVersion {
+		ds := diffs[v]
+		if len(ds) != 2 || ds[0].metric != EvalRMSE || ds[1].metric != EvalSpearman {
+			t.Fatalf("%s: diff rows %+v, want rmse and spearman", v, ds)
+		}
+		var at time.Time
+		if err := ch.Conn.QueryRow(context.Background(), "SELECT max(evaluated_at) FROM critic_evals FINAL WHERE trainer = ? AND model_version = ?",
+			cfg.Name, v).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.sha != rs[0].sha || d.step != rs[0].step || d.trained != rs[0].trained || d.rows != rs[0].rows || d.groups != 3 ||
+				d.ckVerdict != rs[0].verdict || !d.at.Equal(at) {
+				t.Fatalf("%s: diff row %+v does not match its critic_evals rows %+v (evaluated at %v)", v, d, rs[0], at)
+			}
+		}
+		if r := ds[0]; r.baseline != "median" || r.diff != -0.2 || r.lo != -0.3 || r.hi != -0.1 || r.verdict != rs[0].verdict {
+			t.Fatalf("%s: rmse diff row %+v, want median −0.2 [−0.3, −0.1] with the checkpoint's verdict %q", v, r, rs[0].verdict)
+		}
+		if r := ds[1]; r.baseline != "cell-mean" || r.diff != 0.05 || r.lo != -0.02 || r.hi != 0.11 || r.verdict != VerdictNoSignal {
+			t.Fatalf("%s: spearman diff row %+v, want cell-mean 0.05 [−0.02, 0.11], no signal yet", v, r)
+		}
+	}
 	t.Logf("%d evaluations, %d checkpoints with rows (%d sha256 checked against kept files)", calls.Load(), len(byVersion), checked)
 	if failures := metricValue(t, rt.tr.metrics.evalFailures); failures < 3 {
 		t.Fatalf("eval_failures_total %v, want ≥ 3 (a failure, a panic, a failed write)", failures)
@@ -227,7 +298,8 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 	if d := metricValue(t, rt.tr.metrics.evalRMSEDiff); d != -0.2 {
 		t.Fatalf("eval_rmse_diff %v, want -0.2", d)
 	}
-	for _, msg := range []string{"checkpoint evaluation failed", "evaluator panicked", "write critic_evals rows failed", `"message":"checkpoint evaluated"`} {
+	for _, msg := range []string{"checkpoint evaluation failed", "evaluator panicked", "write critic_evals and critic_eval_diffs rows failed",
+		"infra/chddl/0005", "infra/chddl/0006", `"message":"checkpoint evaluated"`} {
 		if !strings.Contains(rt.logs.String(), msg) {
 			t.Errorf("log lacks %q", msg)
 		}

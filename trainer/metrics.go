@@ -96,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Latest checkpoint evaluation: held-out Spearman rho of the model minus the best baseline's (positive: the model is better)."),
 		evalBeats:    g("eval_beats_baselines", "Latest checkpoint evaluation's verdict: 1 when it beats its baselines, else 0."),
 		evals:        c("evals_total", "Checkpoint evaluations completed."),
-		evalFailures: c("eval_failures_total", "Checkpoint evaluations that failed or could not be written to critic_evals (logged; training goes on)."),
+		evalFailures: c("eval_failures_total", "Checkpoint evaluations that failed or could not be written to critic_evals or critic_eval_diffs (once per evaluation; logged; training goes on)."),
 		invalid:      invalid,
 		commitLag:    commitLag,
 		stepSeconds:  h("step_seconds", "Time per training step.", prometheus.ExponentialBuckets(0.001, 2, 16)),

@@ -25,10 +25,11 @@ per agent with the cells below their baseline, SLR / LPR / HFR, adherence by
 phase with drift and decay, the ten least stable pairs by round stddev, the
 minimum detectable effect of each round's paired test at its n (worst-case sd 1),
 label counts with the effective-update rate, and the critic's learning curve per
-trainer from critic_evals (the model beside its best baseline per checkpoint, and
-"no signal yet" with the baselines it does not beat until the newest checkpoint
-beats them). --html also writes one self-contained HTML file with charts (no
-scripts, fonts or network references).
+trainer from critic_evals (the model beside its best baseline per checkpoint, the
+difference with its paired interval from critic_eval_diffs, and "no signal yet"
+with the baselines it does not beat until the newest checkpoint beats them).
+--html also writes one self-contained HTML file with charts (no scripts, fonts or
+network references).
 
 Without --campaign, the most recently declared campaign is reported (of --project,
 when given). A report is one project's: without --project it is the campaign's

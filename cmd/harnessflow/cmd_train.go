@@ -53,7 +53,9 @@ scored on the last --heldout-window held-out samples beside five trivial baselin
 regression) fitted on the last --eval-train-window trained samples, with intervals from
 --eval-resamples bootstrap resamples of the held-out groups; the rows go to ClickHouse's
 critic_evals table with the verdict ("beats baselines", or "no signal yet", always with
-fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warming".
+fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warming", and
+the paired differences model − best baseline with their intervals, which the verdict
+rests on, to critic_eval_diffs.
 
 Training regime: after each step on new samples the trainer replays --replay-ratio
 examples per new one, drawn from the last --replay-window admitted (training passes,

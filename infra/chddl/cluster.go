@@ -63,6 +63,7 @@ var ShardKeys = map[string]string{
 	"checkpoints":         "cityHash64(model_version)",
 	"trainer_steps":       "cityHash64(trainer)",
 	"critic_evals":        "cityHash64(trainer)",
+	"critic_eval_diffs":   "cityHash64(trainer)",
 }
 
 // ErrBadCluster says a cluster name is unusable.

@@ -24,7 +24,7 @@ import (
 // engineTables are the tables the fixture fills: every table a view or the
 // report reads.
 var engineTables = []string{"campaigns", "cells", "task_attempts", "skill_events", "adherence_judgments",
-	"round_metrics", "labeled_samples", "rejected_events", "cell_scores", "critic_evals"}
+	"round_metrics", "labeled_samples", "rejected_events", "cell_scores", "critic_evals", "critic_eval_diffs"}
 
 // recomputed are the cells whose cell_scores rows the recompute writes; the
 // others are computed live by v_cell_scores.
@@ -70,8 +70,8 @@ func currentMigrated(t *testing.T) *testenv.CHDB {
 // loadBoth migrates a database on each engine and fills both with the
 // fixture: on 18.16 three times (versions 1, 1000, 5000: redelivered
 // duplicates in parts that have not merged) with the recompute run for some
-// cells, and the critic_evals rows twice, then copied row for row to the
-// current engine, where the recompute runs again.
+// cells, and the critic_evals and critic_eval_diffs rows twice, then
+// copied row for row to the current engine, where the recompute runs again.
 func loadBoth(t *testing.T) (*testenv.CH, *testenv.CHDB) {
 	t.Helper()
 	return loadBothWith(t, enginesFixture())

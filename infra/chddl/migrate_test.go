@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 var wantTables = []string{
-	"adherence_judgments", "campaigns", "cell_scores", "cells", "checkpoints", "critic_evals", "harness_updates", "labeled_samples",
+	"adherence_judgments", "campaigns", "cell_scores", "cells", "checkpoints", "critic_eval_diffs", "critic_evals", "harness_updates", "labeled_samples",
 	"rejected_events", "round_metrics", "schema_migrations", "skill_events", "task_attempts", "trainer_steps",
 	"v_adherence", "v_benefit_gain", "v_cell_scores", "v_label_summary", "v_pair_gain", "v_round_stability",
 	"v_skill_activation", "v_update_gain",

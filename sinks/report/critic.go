@@ -14,7 +14,10 @@ import (
 // (infra/chddl/0005_critic_evals.sql): the trainer scores every checkpoint
 // on grouped held-out data beside trivial baselines and writes one row per
 // (checkpoint, predictor, metric) with the checkpoint's verdict
-// (trainer/evalhook.go, trainer/eval).
+// (trainer/evalhook.go, trainer/eval). Beside them, from the same
+// evaluation, critic_eval_diffs (infra/chddl/0006_critic_eval_diffs.sql)
+// holds one row per (checkpoint, metric): model − best baseline with the
+// paired bootstrap interval that the verdict rests on.
 
 // Verdicts the trainer writes (trainer/eval's VerdictBeats and
 // VerdictNoSignal).
@@ -58,9 +61,15 @@ type CriticValue struct {
 type CriticComparison struct {
 	Metric, Baseline string
 	Model, Best      CriticValue
-	// Diff is model − best baseline (point values). critic_evals does not
-	// store the paired interval of Diff that the verdict rests on.
+	// Diff is model − best baseline (point values, from critic_evals).
 	Diff float64
+	// DiffLow and DiffHigh are the trainer's paired bootstrap interval of
+	// Diff (critic_eval_diffs), the one its verdict rests on: nil where not
+	// finite, and both nil where no diff row of the same evaluation names
+	// Baseline for Metric (a database from before migration 0006, an
+	// evaluation written without its diff rows, or a best baseline the
+	// trainer chose otherwise).
+	DiffLow, DiffHigh *float64
 	// Ahead is true when Diff is on the model's side (below 0 for RMSE and
 	// NLL, above 0 for ρ and macro-F1).
 	Ahead bool
@@ -75,6 +84,8 @@ type CriticPoint struct {
 	// Comparisons has one entry per compared metric (rmse, spearman, nll,
 	// macro_f1, in that order) that the model and some baseline have.
 	Comparisons []CriticComparison
+	// at is the evaluation's evaluated_at (unix seconds).
+	at int64
 }
 
 // Comparison returns p's comparison on metric, or nil.
@@ -136,7 +147,90 @@ ORDER BY trainer, samples_trained, step, model_version, predictor, metric, evalu
 		return err
 	}
 	r.Critic = criticCurves(all)
+	if len(r.Critic) == 0 {
+		return nil
+	}
+	diffs, err := criticDiffs(ctx, conn)
+	if err != nil {
+		return err
+	}
+	attachDiffs(r.Critic, diffs)
 	return nil
+}
+
+// diffKey names a checkpoint's metric.
+type diffKey struct{ trainer, version, metric string }
+
+// diffRow is one critic_eval_diffs row.
+type diffRow struct {
+	diffKey
+	baseline  string
+	low, high float64
+	at        int64
+}
+
+// criticDiffs reads the newest evaluation's critic_eval_diffs rows of each
+// checkpoint, by checkpoint and metric: none when the database has no such
+// table (a schema from before migration 0006).
+func criticDiffs(ctx context.Context, conn Querier) (map[diffKey]diffRow, error) {
+	var tables int64
+	err := query(ctx, conn, "critic_eval_diffs table", "SELECT toInt64(count()) FROM system.tables WHERE database = currentDatabase() AND name = 'critic_eval_diffs'",
+		func(rows driver.Rows) error { return rows.Scan(&tables) })
+	if err != nil || tables == 0 {
+		return nil, err
+	}
+	// FINAL: one row per (checkpoint, metric), the newest evaluation's.
+	q := `SELECT toString(trainer), toString(model_version), toString(metric), toString(baseline),
+    toFloat64(ci_low), toFloat64(ci_high), toInt64(toUInt32(evaluated_at))
+FROM critic_eval_diffs FINAL
+ORDER BY trainer, model_version, metric, evaluated_at`
+	var all []diffRow
+	err = query(ctx, conn, "critic_eval_diffs", q, func(rows driver.Rows) error {
+		var d diffRow
+		err := rows.Scan(&d.trainer, &d.version, &d.metric, &d.baseline, &d.low, &d.high, &d.at)
+		all = append(all, d)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A metric an older evaluation wrote and the newest did not is left
+	// out, as in criticCurves.
+	type checkpoint struct{ trainer, version string }
+	newest := map[checkpoint]int64{}
+	for _, d := range all {
+		k := checkpoint{d.trainer, d.version}
+		if at, ok := newest[k]; !ok || d.at > at {
+			newest[k] = d.at
+		}
+	}
+	out := map[diffKey]diffRow{}
+	for _, d := range all {
+		if d.at == newest[checkpoint{d.trainer, d.version}] {
+			out[d.diffKey] = d
+		}
+	}
+	return out, nil
+}
+
+// attachDiffs gives each comparison its paired interval: the diff row of
+// its checkpoint and metric, when that row is of the same evaluation as the
+// point's values (evaluated_at) and names the same best baseline.
+func attachDiffs(curves []CriticCurve, diffs map[diffKey]diffRow) {
+	for i := range curves {
+		for j := range curves[i].Points {
+			p := &curves[i].Points[j]
+			for k := range p.Comparisons {
+				c := &p.Comparisons[k]
+				d, ok := diffs[diffKey{curves[i].Trainer, p.ModelVersion, c.Metric}]
+				if !ok || d.at != p.at || d.baseline != c.Baseline {
+					continue
+				}
+				low, high := d.low, d.high
+				c.DiffLow, c.DiffHigh = clean(&low), clean(&high)
+			}
+		}
+	}
 }
 
 // criticRow is one critic_evals row.
@@ -174,7 +268,7 @@ func criticCurves(rows []criticRow) []CriticCurve {
 		}
 		if points[k] == nil {
 			points[k] = &CriticPoint{ModelVersion: c.version, CheckpointSHA256: c.sha, Step: c.step, SamplesTrained: c.samples,
-				HeldoutRows: c.heldRows, HeldoutGroups: c.heldGroups, Verdict: c.verdict}
+				HeldoutRows: c.heldRows, HeldoutGroups: c.heldGroups, Verdict: c.verdict, at: c.at}
 			vals[k] = map[[2]string]CriticValue{}
 			order = append(order, k)
 		}

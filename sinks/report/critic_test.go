@@ -23,6 +23,9 @@ type evals struct {
 	at               time.Time
 	// vals maps "predictor/metric" to value, low, high.
 	vals map[string][3]float64
+	// diffs maps "metric/baseline" to the paired difference, low, high:
+	// the evaluation's critic_eval_diffs rows.
+	diffs map[string][3]float64
 }
 
 func (e evals) insert(t *testing.T, conn driver.Conn) {
@@ -35,6 +38,14 @@ func (e evals) insert(t *testing.T, conn driver.Conn) {
 	}
 	insert(t, conn, "critic_evals", []string{"trainer", "model_version", "checkpoint_sha256", "step", "samples_trained",
 		"heldout_rows", "heldout_groups", "predictor", "metric", "value", "ci_low", "ci_high", "verdict", "evaluated_at"}, rows)
+	rows = nil
+	for mb, d := range e.diffs {
+		metric, baseline, _ := strings.Cut(mb, "/")
+		rows = append(rows, []any{e.trainer, e.version, "sha-" + e.version, e.samples / 10, e.samples, e.rows, e.groups,
+			metric, baseline, d[0], d[1], d[2], e.verdict, e.verdict, e.at})
+	}
+	insert(t, conn, "critic_eval_diffs", []string{"trainer", "model_version", "checkpoint_sha256", "step", "samples_trained",
+		"heldout_rows", "heldout_groups", "metric", "baseline", "diff", "ci_low", "ci_high", "verdict", "checkpoint_verdict", "evaluated_at"}, rows)
 }
 
 // iv is a value with an interval ±0.01 around it.
@@ -47,7 +58,10 @@ func iv(v float64) [3]float64 { return [3]float64{v, v - 0.01, v + 0.01} }
 // does not beat (median on RMSE, evidence-regression on ρ, majority-label
 // on macro-F1), with a stale row
 // of an older evaluation of the same checkpoint ignored; "no signal yet"
-// for t-few, ahead on every metric but with too few held-out groups.
+// for t-few, ahead on every metric but with too few held-out groups. The
+// critic_eval_diffs rows give a comparison its paired interval when they
+// are of the same evaluation and name the same best baseline; without the
+// table (a schema from before 0006) the report shows the differences alone.
 func TestCriticLearningCurve(t *testing.T) {
 	conn, _, _ := fixture(t)
 	ctx := context.Background()
@@ -64,8 +78,15 @@ func TestCriticLearningCurve(t *testing.T) {
 				"evidence-regression/rmse": iv(0.175), "evidence-regression/spearman": iv(0.19), "evidence-regression/nll": iv(-0.55),
 			}}
 	}
+	// g3's paired intervals; g2's name a best baseline other than the
+	// report's on ρ (median, not cell-mean: no interval shown there); g1
+	// has none (written before 0006).
+	g3 := good("g3", 300, VerdictBeats)
+	g3.diffs = map[string][3]float64{"rmse/cell-mean": {-0.05, -0.07, -0.03}, "spearman/cell-mean": {0.25, 0.1, 0.4}}
+	g2 := good("g2", 200, VerdictNoSignal)
+	g2.diffs = map[string][3]float64{"rmse/cell-mean": {-0.02, -0.05, 0.01}, "spearman/median": {0.3, -0.01, 0.6}}
 	// Written out of order, the newest twice (a redelivered write).
-	for _, e := range []evals{good("g3", 300, VerdictBeats), good("g1", 100, VerdictNoSignal), good("g2", 200, VerdictNoSignal), good("g3", 300, VerdictBeats)} {
+	for _, e := range []evals{g3, good("g1", 100, VerdictNoSignal), g2, g3} {
 		e.insert(t, conn)
 	}
 	flat := func(version string, samples uint64, at time.Time) evals {
@@ -83,6 +104,9 @@ func TestCriticLearningCurve(t *testing.T) {
 	// RMSE of 0.10 that the newer one did not write; it must not count.
 	stale := flat("f2", 756, t0.Add(time.Hour))
 	stale.vals = map[string][3]float64{"model/rmse": iv(0.5), "evidence-regression/rmse": iv(0.10)}
+	// ... and a paired interval against median, which the newer evaluation
+	// did not write: it must not be shown beside the newer values.
+	stale.diffs = map[string][3]float64{"rmse/median": {0.006, -0.01, 0.02}}
 	stale.insert(t, conn)
 	newer := flat("f2", 756, t0.Add(2*time.Hour))
 	delete(newer.vals, "evidence-regression/rmse")
@@ -112,8 +136,30 @@ func TestCriticLearningCurve(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("t-good's curve:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if c := g.Points[2].Comparison("rmse"); !eq(&c.Diff, f64(-0.05)) || !c.Ahead || !eq(c.Model.Low, f64(0.11)) || !eq(c.Best.High, f64(0.18)) {
+	if c := g.Points[2].Comparison("rmse"); !eq(&c.Diff, f64(-0.05)) || !c.Ahead || !eq(c.Model.Low, f64(0.11)) || !eq(c.Best.High, f64(0.18)) ||
+		!eq(c.DiffLow, f64(-0.07)) || !eq(c.DiffHigh, f64(-0.03)) {
 		t.Fatalf("g3's RMSE comparison %+v", c)
+	}
+	// The paired intervals: g3's both, g2's on RMSE only (its ρ row names
+	// another baseline), none for g1 and for t-flat's f2 (its diff row is
+	// of an older evaluation).
+	for _, c := range []struct {
+		curve, point int
+		metric       string
+		low, high    *float64
+	}{
+		{2, 2, "spearman", f64(0.1), f64(0.4)}, {2, 1, "rmse", f64(-0.05), f64(0.01)}, {2, 1, "spearman", nil, nil},
+		{2, 0, "rmse", nil, nil}, {2, 0, "spearman", nil, nil}, {1, 1, "rmse", nil, nil}, {0, 0, "rmse", nil, nil},
+	} {
+		p := r.Critic[c.curve].Points[c.point]
+		cm := p.Comparison(c.metric)
+		if cm == nil {
+			t.Fatalf("%s: no %s comparison", p.ModelVersion, c.metric)
+		}
+		if !eq(cm.DiffLow, c.low) || !eq(cm.DiffHigh, c.high) {
+			t.Errorf("%s %s against %s: paired interval [%s, %s], want [%s, %s]", p.ModelVersion, c.metric, cm.Baseline,
+				fmtF(cm.DiffLow, "%g"), fmtF(cm.DiffHigh, "%g"), fmtF(c.low, "%g"), fmtF(c.high, "%g"))
+		}
 	}
 	if g.NoSignal != "" {
 		t.Fatalf("t-good beats its baselines at g3, but the report says %q", g.NoSignal)
@@ -145,10 +191,20 @@ func TestCriticLearningCurve(t *testing.T) {
 		"newest checkpoint g3 (300 samples trained): beats baselines: ahead of cell-mean on rmse (Δ −0.0500), cell-mean on spearman (Δ +0.2500)",
 		"newest checkpoint f2 (756 samples trained): no signal yet: " + wantWhy,
 		"newest checkpoint w1 (50 samples trained): no signal yet: 4 held-out groups are too few",
-		"0.1200 [0.1100, 0.1300]  cell-mean 0.1700  −0.0500",
+		"paired 95% bootstrap interval of the difference in brackets",
 	} {
 		if !strings.Contains(curve, want) {
 			t.Errorf("the learning curve section lacks %q:\n%s", want, curve)
+		}
+	}
+	// The Δ columns (right-aligned): with the paired interval where stored.
+	for _, re := range []string{
+		`g3\s+0\.1200 \[0\.1100, 0\.1300\]\s+cell-mean 0\.1700\s+−0\.0500 \[−0\.0700, −0\.0300\]\s+0\.4500 \[0\.4400, 0\.4600\]\s+cell-mean 0\.2000\s+\+0\.2500 \[\+0\.1000, \+0\.4000\]\s+beats baselines`,
+		`g2\s+0\.1500 \[0\.1400, 0\.1600\]\s+cell-mean 0\.1700\s+−0\.0200 \[−0\.0500, \+0\.0100\]\s+0\.3000 \[0\.2900, 0\.3100\]\s+cell-mean 0\.2000\s+\+0\.1000\s+no signal yet`,
+		`g1\s+0\.2000 \[0\.1900, 0\.2100\]\s+cell-mean 0\.1700\s+\+0\.0300\s+0\.1000 \[0\.0900, 0\.1100\]\s+cell-mean 0\.2000\s+−0\.1000\s+no signal yet`,
+	} {
+		if !regexp.MustCompile(re).MatchString(curve) {
+			t.Errorf("the learning curve section lacks %s:\n%s", re, curve)
 		}
 	}
 	// One line per checkpoint, by samples trained.
@@ -164,6 +220,45 @@ func TestCriticLearningCurve(t *testing.T) {
 	if !strings.Contains(h, "Trainer t-good") || !strings.Contains(h, "Effect RMSE (lower is better) — t-flat") ||
 		!strings.Contains(h, "no signal yet: the model does not beat median on rmse") || !strings.Contains(h, "<td>cell-mean 0.1700 [0.1600, 0.1800]</td>") || strings.Count(h, "<svg") != 2*2+1+2+3*2 {
 		t.Fatalf("HTML learning curves missing: %d charts", strings.Count(h, "<svg"))
+	}
+	if !strings.Contains(h, "<td>−0.0500 [−0.0700, −0.0300]</td>") || !strings.Contains(h, "<td>+0.1000</td>") {
+		t.Errorf("HTML lacks g3's paired interval or g2's bare ρ difference")
+	}
+
+	// A database from before migration 0006: the same curves, without
+	// intervals.
+	if err := conn.Exec(ctx, "DROP TABLE critic_eval_diffs"); err != nil {
+		t.Fatal(err)
+	}
+	old, err := Build(ctx, conn, "", "")
+	if err != nil {
+		t.Fatalf("report without critic_eval_diffs: %v", err)
+	}
+	for _, cv := range old.Critic {
+		for _, p := range cv.Points {
+			for _, c := range p.Comparisons {
+				if c.DiffLow != nil || c.DiffHigh != nil {
+					t.Errorf("%s %s: paired interval [%v, %v] without critic_eval_diffs", p.ModelVersion, c.Metric, *c.DiffLow, *c.DiffHigh)
+				}
+			}
+		}
+	}
+	if c := old.Critic[2].Points[2].Comparison("rmse"); old.CriticNote != "" || !eq(&c.Diff, f64(-0.05)) || old.Critic[2].NoSignal != "" || old.Critic[1].NoSignal != wantWhy {
+		t.Fatalf("report without critic_eval_diffs: note %q, g3's RMSE %+v", old.CriticNote, c)
+	}
+	text.Reset()
+	page.Reset()
+	if err := old.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if _, curve, _ := strings.Cut(text.String(), "== Critic learning curve"); !regexp.MustCompile(`g3\s+0\.1200 \[0\.1100, 0\.1300\]\s+cell-mean 0\.1700\s+−0\.0500\s+0\.4500`).MatchString(curve) || strings.Contains(curve, "−0.0500 [") {
+		t.Errorf("text without critic_eval_diffs:\n%s", curve)
+	}
+	if h := page.String(); !strings.Contains(h, "<td>−0.0500</td>") || strings.Contains(h, "−0.0500 [") {
+		t.Errorf("HTML without critic_eval_diffs shows an interval or lacks g3's difference")
 	}
 }
 

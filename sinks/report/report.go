@@ -2,7 +2,8 @@
 // analyst views (DESIGN.md §5, METRICS.md): the pass-rate matrices, Δupdate per
 // evolver, Δbenefit per agent, skill activation, adherence by phase, round
 // stability, label counts, per-round minimum detectable effects, and the
-// critic's learning curve (critic_evals). Build reads the figures into a Report whose
+// critic's learning curve (critic_evals, with critic_eval_diffs' paired
+// intervals). Build reads the figures into a Report whose
 // fields are the numbers themselves; WriteText renders a terminal report and
 // WriteHTML one self-contained HTML page with inline SVG charts.
 package report
@@ -154,8 +155,10 @@ type Report struct {
 	Rounds   []RoundPoint
 	Labels   []LabelSummary
 	// Critic holds every trainer's learning curve from critic_evals (the
-	// database's, not only this campaign's), by trainer name; CriticNote
-	// says why there is none when the table is missing (CriticMissing).
+	// database's, not only this campaign's), by trainer name, with the
+	// paired intervals of critic_eval_diffs where that table exists;
+	// CriticNote says why there is none when critic_evals is missing
+	// (CriticMissing).
 	Critic     []CriticCurve
 	CriticNote string
 	// Totals over Labels: updates, label counts, the effective-update rate

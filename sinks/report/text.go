@@ -176,7 +176,8 @@ const textCriticPoints = 20
 // criticNote explains the learning curve's columns.
 const criticNote = "RMSE of the predicted effect (lower is better) and Spearman ρ with the realised effect (higher is better) on the held-out groups, " +
 	"95% bootstrap intervals in brackets (the baselines' in the HTML report); best baseline = the trivial baseline with the best value at that checkpoint; " +
-	"Δ = model − best baseline (point values: the verdict rests on the trainer's paired bootstrap interval of each Δ, which critic_evals does not store)."
+	"Δ = model − best baseline, with the trainer's paired 95% bootstrap interval of the difference in brackets, which the verdict rests on " +
+	"(critic_eval_diffs; no brackets where none is stored, e.g. evaluations written before migration 0006)."
 
 // mdeNote says how the MDE is computed and which sd it assumes.
 var mdeNote = fmt.Sprintf("MDE = the smallest mean lift a paired test of one cell's round (n tasks against the baseline's) detects at two-sided α 0.05 with power 0.8: "+
@@ -184,7 +185,7 @@ var mdeNote = fmt.Sprintf("MDE = the smallest mean lift a paired test of one cel
 	"n = the fewest tasks among the round's cells. An MDE above 100 pp means no effect of a round can be detected.", zAlpha, zPower, MDESD)
 
 // criticCells renders a comparison as model [ci], best baseline (with its
-// [ci] when baselineCI), Δ.
+// [ci] when baselineCI), Δ (with its paired [ci] when stored).
 func criticCells(c *CriticComparison, baselineCI bool) []string {
 	if c == nil {
 		return []string{"—", "—", "—"}
@@ -193,7 +194,22 @@ func criticCells(c *CriticComparison, baselineCI bool) []string {
 	if baselineCI {
 		best = c.Baseline + " " + c.Best.String()
 	}
-	return []string{c.Model.String(), best, signed(c.Diff)}
+	return []string{c.Model.String(), best, diffCell(c)}
+}
+
+// diffCell renders c's difference with its sign, followed by its paired
+// interval as "[low, high]" when one is stored: "−0.0500 [−0.0700, −0.0300]".
+func diffCell(c *CriticComparison) string {
+	if c.DiffLow == nil && c.DiffHigh == nil {
+		return signed(c.Diff)
+	}
+	bound := func(p *float64) string {
+		if p == nil {
+			return "—"
+		}
+		return signed(*p)
+	}
+	return fmt.Sprintf("%s [%s, %s]", signed(c.Diff), bound(c.DiffLow), bound(c.DiffHigh))
 }
 
 // signed renders a difference with its sign, minus as U+2212: whether a
