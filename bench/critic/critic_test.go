@@ -76,6 +76,17 @@ func TestRunOnAndOff(t *testing.T) {
 		if len(r.Comparisons) == 0 || r.Verdict == "" {
 			t.Errorf("%s: no comparisons or verdict", name)
 		}
+		switch c := a.Ceiling; {
+		case !a.TextSignal && c != nil:
+			t.Errorf("%s: a ceiling, but no text shows the content", name)
+		case a.TextSignal && (c == nil || c.Content.Rows != len(a.Heldout) || c.Lift.Rows != len(a.Heldout)):
+			t.Errorf("%s: ceiling %+v: want both oracles on the %d held-out rows", name, c, len(a.Heldout))
+		case a.TextSignal && !(c.BetaLift > 0 && c.BetaContent > 0):
+			t.Errorf("%s: ceiling β %.3f (content), %.3f (lift): the true lift must raise the measured effect", name, c.BetaContent, c.BetaLift)
+		}
+	}
+	if !strings.Contains(out.String(), "ceiling: context regression + ") {
+		t.Errorf("no ceiling line in the output")
 	}
 	if !strings.Contains(out.String(), "summary (text on)") || !strings.Contains(out.String(), "summary (text off)") {
 		t.Errorf("no summary line per arm:\n%s", out.String())

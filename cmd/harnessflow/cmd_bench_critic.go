@@ -148,9 +148,13 @@ baselines (median, majority label, cell mean, evidence and context regressions) 
 intervals over the held-out groups, as critic-eval does. It prints each arm's table, a
 summary line (model RMSE / best baseline RMSE, the rho difference with its interval, the
 verdict) and the issue's goal: with the text on, RMSE <= 0.95 x the best baseline's and
-rho >= the best's + 0.10, the intervals excluding 0; with it off, no claimed gain. The
-goals are reported, never enforced: exit 0 whatever the verdict.`,
-		Example: "  harnessflow bench critic-offline\n  harnessflow bench critic-offline --seeds 1..48 --scale 20 --epochs 5",
+rho >= the best's + 0.10, the intervals excluding 0; with it off, no claimed gain. With
+the text on it also prints the ceiling: the context regression plus the simulator's true
+content lift of each update (the most a reader of the update text could know), and plus
+its whole true lift, each scaled by a coefficient fitted on the training rows, and
+whether the goal is within that ceiling's reach. The goals are reported, never enforced:
+exit 0 whatever the verdict.`,
+		Example: "  harnessflow bench critic-offline\n  harnessflow bench critic-offline --seeds 1..48 --scale 20 --epochs 5\n  harnessflow bench critic-offline --scale 50 --sim-batch-size 25 --context-features",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := fl.apply(&cfg); err != nil {

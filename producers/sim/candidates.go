@@ -100,3 +100,44 @@ func candidateMD(s skillSpec, c content, cfg Config, bm, evolver, cellID string,
 	md += body(rng(cfg.Seed, "candidate-wording", cellID, strconv.Itoa(cycle), strconv.Itoa(i)), c, bm, cfg.HeldOutWording)
 	return md + fmt.Sprintf("\n<!-- candidate %d by %s after round %d of %s -->\n", i, evolver, cycle, cellID)
 }
+
+// UpdateTruth is the latent draw behind the update a campaign writes: what a
+// bench may compare a critic with, never part of the stream.
+type UpdateTruth struct {
+	// Quality is the content's standardised latent quality in its context
+	// (Candidate.Quality): the part of Lift the text shows when the text
+	// signal is on.
+	Quality float64
+	// ContentLift is the lift Quality alone sets: meanIncrement ×
+	// contentSD × Quality (0 in a cell without updates).
+	ContentLift float64
+	// Lift is the update's true increment of the success probability
+	// (Candidate.Lift): meanIncrement × (1 + contentSD·Quality +
+	// noiseSD·N(0,1)).
+	Lift float64
+}
+
+// TruthOf returns the latent draw of the update cfg's campaign writes after
+// round cycle of the evolved cell of (benchmark, agent, evolver): the same
+// draw Run makes, so it matches the update on the stream.
+func TruthOf(cfg Config, bm, agent, evolver string, cycle int) (UpdateTruth, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return UpdateTruth{}, err
+	}
+	if _, ok := agents[agent]; !ok {
+		return UpdateTruth{}, fmt.Errorf("%w: agent %q", ErrUnknownModel, agent)
+	}
+	if _, ok := evolverStyle[evolver]; !ok {
+		return UpdateTruth{}, fmt.Errorf("%w: evolver %q", ErrUnknownModel, evolver)
+	}
+	if _, ok := skillPools[bm]; !ok {
+		return UpdateTruth{}, fmt.Errorf("%w: %q", ErrUnknownBenchmark, bm)
+	}
+	if rounds := cfg.Rounds(); cycle < 1 || cycle >= rounds {
+		return UpdateTruth{}, fmt.Errorf("%w: cycle %d: updates follow rounds 1..%d", ErrConfig, cycle, rounds-1)
+	}
+	d := drawUpdate(cfg.Seed, cfg.CellID(bm, agent, evolver), cycle, bm, agent, evolver, cfg.textSignal())
+	inc := meanIncrement(cfg, bm, agent)
+	return UpdateTruth{Quality: d.quality, ContentLift: inc * contentSD * d.quality, Lift: inc * d.mult}, nil
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // TestCandidates: candidates are reproducible, differ from each other,
@@ -90,5 +92,39 @@ func TestCandidatesRejectBadArguments(t *testing.T) {
 		if _, err := Candidates(cfg, c.bm, c.agent, c.ev, c.cycle, c.k); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c, err, c.want)
 		}
+	}
+}
+
+// TestTruthOfMatchesTheRun: TruthOf returns, for every update a campaign
+// writes (text signal on and off), the latent draw the run made.
+func TestTruthOfMatchesTheRun(t *testing.T) {
+	for _, text := range []bool{true, false} {
+		cfg := Config{Campaign: "truth", Seed: 4, Scale: 15, BatchSize: 5, Benchmarks: []string{BenchSWE, BenchMCP},
+			Agents: []string{"opus46", "qwen32b"}, TextSignal: Bool(text)}
+		cfg.setDefaults()
+		n := 0
+		err := generate(cfg, func(schemas.Event) error { return nil }, func(u updateTrace) {
+			got, err := TruthOf(cfg, u.bm, u.agent, u.evolver, u.cycle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := UpdateTruth{Quality: u.draw.quality, ContentLift: u.meanInc * contentSD * u.draw.quality, Lift: u.meanInc * u.draw.mult}
+			if got != want {
+				t.Fatalf("text %v, %s cycle %d: TruthOf %+v, the run drew %+v", text, u.cellID, u.cycle, got, want)
+			}
+			n++
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatal("no update traced")
+		}
+	}
+	if _, err := TruthOf(Config{Scale: 10, BatchSize: 5}, BenchSWE, "opus46", DefaultEvolvers[0], 2); !errors.Is(err, ErrConfig) {
+		t.Errorf("cycle after the last update: %v, want ErrConfig", err)
+	}
+	if _, err := TruthOf(Config{}, BenchSWE, "nobody", DefaultEvolvers[0], 1); !errors.Is(err, ErrUnknownModel) {
+		t.Errorf("unknown agent: %v, want ErrUnknownModel", err)
 	}
 }
