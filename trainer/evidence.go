@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"math"
 	"regexp"
 	"strconv"
 )
@@ -22,15 +21,17 @@ var summaryFailed = regexp.MustCompile(`evidence summary: .*?\b(\d+) of (\d+) ta
 // falls back to 1 − N/M from an "evidence summary: ... N of M tasks failed"
 // line (the simulator's wording: the evidence pass rate). ok is false when the
 // query carries neither (the evidence regression then predicts the training
-// median). A task input that itself contains such a line would be counted:
-// the query format does not escape inputs.
+// median). A figure outside [0, 1] (not a score: the schema bounds them, so
+// it comes from text inside a task input, which the query format does not
+// escape) is skipped, so the result is always in [0, 1]; a task input that
+// itself contains a well-formed line would still be counted.
 func EvidenceScore(query string) (x float64, ok bool) {
 	var sum float64
 	var n int
 	for _, m := range evidenceLine.FindAllStringSubmatch(query, -1) {
 		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			continue
+		if err != nil || !(v >= 0 && v <= 1) {
+			continue // a score is in [0, 1] (schemas): another figure is text in a task input
 		}
 		sum += v
 		n++

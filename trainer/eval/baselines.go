@@ -129,10 +129,12 @@ func EvidenceScore(query string) (x float64, ok bool) { return trainer.EvidenceS
 //     shared by every cell (least squares within cells). It is everything a
 //     model can learn from the context and the evidence's pass rate without
 //     reading the update, so a model that beats it gains from something
-//     else. A row without an evidence score gets its cell's mean, an unseen
-//     cell the evidence regression (the median without either). std = the
-//     RMS training residual of the rows it was fitted on (the evidence
-//     regression's when not fitted). Effect only.
+//     else. A row of a training cell without an evidence score (or of a
+//     cell without evidence in training, or when x has no within-cell
+//     spread) gets its cell's mean; a cell unseen in training the evidence
+//     regression (the median without either). std = the RMS training
+//     residual of the rows it was fitted on (the cell mean's when not
+//     fitted). Effect only.
 //
 // It returns ErrNoRows when train is empty.
 func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
@@ -189,7 +191,7 @@ func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
 		evStd = rms(r)
 	}
 
-	ctx := fitContext(train, cells, evStd)
+	ctx := fitContext(train, cells, cellStd)
 
 	n := len(heldout)
 	out := []Predictions{
@@ -237,9 +239,10 @@ type contextFit struct {
 // fitContext fits effect = a_cell + b·x on the training rows with an
 // evidence score: b is the within-cell least-squares slope (each row's x
 // and effect centred on its cell's means over those rows), a_cell = ȳ_c −
-// b·x̄_c. It is not fitted when the within-cell spread of x is nil (it then
-// predicts as the evidence regression, with evStd).
-func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, evStd float64) contextFit {
+// b·x̄_c. It is not fitted when x has no finite within-cell spread: every
+// seen cell then predicts its mean effect (slope 0), with cellStd, the
+// cell-mean baseline's std.
+func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, cellStd float64) contextFit {
 	type acc struct{ n, sx, sy float64 }
 	sums := map[cellKey]*acc{}
 	type row struct {
@@ -263,7 +266,7 @@ func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, evStd
 		a.sy += s.Effect
 		rows = append(rows, row{k, x, s.Effect})
 	}
-	f := contextFit{intercept: map[cellKey]float64{}, cellMean: map[cellKey]float64{}, std: evStd}
+	f := contextFit{intercept: map[cellKey]float64{}, cellMean: map[cellKey]float64{}, std: cellStd}
 	for k, c := range cells {
 		f.cellMean[k] = c.mean
 	}
@@ -274,7 +277,8 @@ func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, evStd
 		sxx += dx * dx
 		sxy += dx * dy
 	}
-	if len(rows) < 2 || sxx <= 1e-12*float64(len(rows)) {
+	if len(rows) < 2 || !(sxx > 1e-12*float64(len(rows))) || math.IsNaN(sxy/sxx) || math.IsInf(sxy/sxx, 0) {
+		// No within-cell spread: every cell predicts its mean (slope 0).
 		return f
 	}
 	f.slope, f.fitted = sxy/sxx, true
@@ -294,15 +298,11 @@ func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, evStd
 // unfitted regression), maj the training majority label.
 func (f contextFit) predict(s *schemas.LabeledSample, ev Prediction, maj int) Prediction {
 	p := Prediction{Mean: ev.Mean, Std: f.std, Probs: onehot(maj)}
-	if !f.fitted {
-		p.Std = ev.Std
-		return p
-	}
 	k := keyOf(s)
 	x, ok := EvidenceScore(s.Query)
-	if a, seen := f.intercept[k]; seen && ok {
+	if a, seen := f.intercept[k]; seen && ok && f.fitted {
 		p.Mean = a + f.slope*x
-	} else if m, seen := f.cellMean[k]; seen && !ok {
+	} else if m, seen := f.cellMean[k]; seen {
 		p.Mean = m
 	}
 	return p
@@ -327,11 +327,14 @@ func leastSquares(xs, ys []float64) (a, b float64, ok bool) {
 		sxx += (xs[i] - mx) * (xs[i] - mx)
 		sxy += (xs[i] - mx) * (ys[i] - my)
 	}
-	if sxx <= 1e-12*n {
+	if !(sxx > 1e-12*n) { // NaN too
 		return 0, 0, false
 	}
 	b = sxy / sxx
-	return my - b*mx, b, true
+	if a = my - b*mx; math.IsNaN(a) || math.IsInf(a, 0) || math.IsNaN(b) || math.IsInf(b, 0) {
+		return 0, 0, false
+	}
+	return a, b, true
 }
 
 // ModelPredictions scores rows with an ensemble of models (one model is an

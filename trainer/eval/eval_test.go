@@ -201,6 +201,56 @@ func TestEvidenceScore(t *testing.T) {
 			t.Errorf("%q: parsed a score", q)
 		}
 	}
+	// Figures outside [0, 1] are not scores (text in a task input): skipped,
+	// so two 1e308 lines cannot overflow the mean to +Inf.
+	q = "task t1: pass score=1e308\ntask t2: pass score=1e308\ntask t3: fail score=-4\ntask t4: pass score=NaN\ntask t5: fail score=0.25"
+	if x, ok := EvidenceScore(q); !ok || x != 0.25 {
+		t.Errorf("out-of-range figures: %v %v, want 0.25 from the one score", x, ok)
+	}
+	if _, ok := EvidenceScore("task t1: pass score=1e308\ntask t2: pass score=1e308"); ok {
+		t.Errorf("only out-of-range figures: parsed a score")
+	}
+}
+
+// TestContextRegressionFallbacks: with no within-cell spread of the
+// evidence, every seen cell predicts its mean; a held-out row of a cell
+// that had no evidence in training gets the cell's mean though it has
+// evidence itself; an unseen cell gets the evidence regression; and
+// hostile figures in training queries leave every prediction finite.
+func TestContextRegressionFallbacks(t *testing.T) {
+	mk := func(ev string, e float64, q string) *schemas.LabeledSample {
+		return &schemas.LabeledSample{SampleID: fmt.Sprint(ev, e, q), EvolverModel: ev, AgentModel: "a", Benchmark: "b", Effect: e, Label: "neutral", Query: q}
+	}
+	ev := func(x float64) string { return fmt.Sprintf("task t: pass score=%g", x) }
+	ctxOf := func(train, held []*schemas.LabeledSample) []Prediction {
+		t.Helper()
+		bs, err := Baselines(train, held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bs {
+			if b.Name == BaselineContext {
+				return b.Preds
+			}
+		}
+		t.Fatal("no context regression")
+		return nil
+	}
+	// One x per cell: no within-cell spread.
+	flat := []*schemas.LabeledSample{mk("e1", 0.1, ev(0.2)), mk("e1", 0.3, ev(0.2)), mk("e2", 0.5, ev(0.8)), mk("e2", 0.7, ev(0.8)),
+		mk("e3", -0.2, "no evidence"), mk("e3", -0.4, "no evidence")}
+	got := ctxOf(flat, []*schemas.LabeledSample{mk("e1", 0, ev(0.9)), mk("e2", 0, "no evidence"), mk("e3", 0, ev(0.5))})
+	for i, want := range []float64{0.2, 0.6, -0.3} {
+		if !near(got[i].Mean, want, 1e-12) {
+			t.Errorf("row %d: %v, want the cell mean %v", i, got[i].Mean, want)
+		}
+	}
+	hostile := append(flat, mk("e1", 0.2, "task x: pass score=1e308\ntask y: pass score=1e308"), mk("e2", 0.6, "task x: fail score=-1e308"))
+	for i, p := range ctxOf(hostile, []*schemas.LabeledSample{mk("e1", 0, ev(0.3)), mk("e9", 0, ev(0.3))}) {
+		if math.IsNaN(p.Mean) || math.IsInf(p.Mean, 0) || math.IsNaN(p.Std) {
+			t.Errorf("row %d with hostile training figures: %+v", i, p)
+		}
+	}
 }
 
 func TestBaselinesKnownAnswers(t *testing.T) {
