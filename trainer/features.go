@@ -164,10 +164,28 @@ func (f featurizer) features(idx []int32, w []float32, in *Input) ([]int32, []fl
 	return idx, w
 }
 
+// maxEvidenceBytes bounds the query text the context features parse for the
+// evidence figure (whole lines only): far more than the hashed text's
+// MaxTextBytes, which a round of 25 tasks' evidence already exceeds, while
+// a hostile query costs a bounded, linear scan.
+const maxEvidenceBytes = 1 << 16
+
+// clipLines cuts s to at most n bytes, at the end of its last whole line
+// within them.
+func clipLines(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return ""
+}
+
 // appendContext appends the context rows (featurizer.context). The
-// evidence figure is clamped to [0, 1] (a pass rate; a hostile or other
-// scale's figure must not blow up a weight); a query without one adds no
-// evidence rows.
+// evidence figure is EvidenceScore of the query's first maxEvidenceBytes
+// (whole lines), in [0, 1]; a query without one adds no evidence rows.
 func (f featurizer) appendContext(idx []int32, w []float32, in *Input) ([]int32, []float32) {
 	ev, ag, bm := strings.ToLower(in.Evolver), strings.ToLower(in.Agent), strings.ToLower(in.Benchmark)
 	row := func(parts ...string) int32 {
@@ -175,11 +193,11 @@ func (f featurizer) appendContext(idx []int32, w []float32, in *Input) ([]int32,
 	}
 	idx = append(idx, int32(fnv1a(spaceContextCell, ev, ag, bm)%uint64(f.buckets)))
 	w = append(w, 1)
-	x, ok := EvidenceScore(clip(in.Query, f.maxText))
+	x, ok := EvidenceScore(clipLines(in.Query, maxEvidenceBytes))
 	if !ok {
 		return idx, w
 	}
-	x = min(max(x, 0), 1)
+	x = min(max(x, 0), 1) // EvidenceScore's range already; kept so a weight can never blow up
 	for _, level := range [][]string{{"global"}, {"benchmark", bm}, {"agent", ag, bm}, {"cell", ev, ag, bm}} {
 		idx = append(idx, row(append(level, "x")...), row(append(level, "1-x")...))
 		w = append(w, float32(x), float32(1-x))

@@ -192,9 +192,26 @@ func TestContextFeatures(t *testing.T) {
 		}
 	}
 	hostile := in
-	hostile.Query = "task t1: pass score=1e30\n"
-	if _, w := added(hostile); w[1] != 1 || w[2] != 0 {
-		t.Fatalf("score 1e30 gave weights %v: want clamped to x = 1", w)
+	hostile.Query = "task t1: pass score=1e30\ntask t2: pass score=0.5\n"
+	if _, w := added(hostile); w[1] != 0.5 || w[2] != 0.5 {
+		t.Fatalf("score 1e30 beside 0.5 gave weights %v: want x = 0.5 (1e30 is no score)", w)
+	}
+	// The figure reads whole lines past the hashed text's bound: 40 tasks
+	// of evidence (over 2 KiB), the last 20 failing.
+	var long strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&long, "task t%02d: %s score=%d\ninput: %s\n", i, map[bool]string{true: "pass", false: "fail"}[i < 20], map[bool]int{true: 1, false: 0}[i < 20], strings.Repeat("x", 40))
+	}
+	long40 := in
+	long40.Query = long.String()
+	if len(long40.Query) <= ctx.maxText {
+		t.Fatalf("query of %d bytes: want it over %d", len(long40.Query), ctx.maxText)
+	}
+	if _, w := added(long40); w[1] != 0.5 {
+		t.Fatalf("40 tasks, 20 passing: x = %v, want 0.5 (every line read)", w[1])
+	}
+	if got := clipLines("a=1\nb=22\nc=333", 9); got != "a=1\nb=22" {
+		t.Fatalf("clipLines cut %q: want whole lines", got)
 	}
 	none := in
 	none.Query = "no figures here"
@@ -230,4 +247,18 @@ func TestContextFeatures(t *testing.T) {
 	if err := mc.Restore(mc.State()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzEvidenceScore: any query parses without panicking to a figure in
+// [0, 1] or to none.
+func FuzzEvidenceScore(f *testing.F) {
+	for _, q := range []string{"task t1: pass score=1\ntask t2: fail score=0.5", "evidence summary: x 3 of 4 tasks failed",
+		"task t: pass score=1e308\ntask u: pass score=1e308", "evidence summary: 5 of 0 tasks failed", "task : fail score=-0"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		if x, ok := EvidenceScore(q); ok && !(x >= 0 && x <= 1) {
+			t.Fatalf("EvidenceScore(%q) = %v", q, x)
+		}
+	})
 }
