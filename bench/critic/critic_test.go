@@ -85,7 +85,7 @@ func TestRunOnAndOff(t *testing.T) {
 			t.Errorf("%s: ceiling β %.3f (content), %.3f (lift): the true lift must raise the measured effect", name, c.BetaContent, c.BetaLift)
 		}
 	}
-	if !strings.Contains(out.String(), "ceiling: context regression + ") {
+	if !strings.Contains(out.String(), "ceiling: context regression with ") {
 		t.Errorf("no ceiling line in the output")
 	}
 	if !strings.Contains(out.String(), "summary (text on)") || !strings.Contains(out.String(), "summary (text off)") {

@@ -27,7 +27,8 @@ import (
 // oracle that picks by the content's latent quality (the part of the lift
 // that text can show) is the ceiling. Random is the only trivial predictor
 // that applies: the baselines of the offline evaluation (median, cell mean,
-// evidence regression) give every candidate of a round the same score.
+// evidence and context regressions) give every candidate of a round the
+// same score.
 
 // Goals of the closed loop (reported, never enforced).
 const (

@@ -50,7 +50,7 @@ campaign+seed, so the sibling samples of a round stay together; --heldout-fracti
 the groups, by hash) is never trained on. At each checkpoint the checkpoint's model is
 scored on the last --heldout-window held-out samples beside five trivial baselines
 (median effect, majority label, per-(evolver, agent, benchmark) mean, evidence-score
-regression) fitted on the last --eval-train-window trained samples, with intervals from
+regression, and the last two together: the context regression) fitted on the last --eval-train-window trained samples, with intervals from
 --eval-resamples bootstrap resamples of the held-out groups; the rows go to ClickHouse's
 critic_evals table with the verdict ("beats baselines", or "no signal yet", always with
 fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warming", and

@@ -5,7 +5,8 @@
 -- held-out rows) with the group-bootstrap interval of the difference,
 -- computed on the same resampled rows for both predictors. One row per
 -- (checkpoint, metric). verdict is the metric's ('beats baselines' when
--- the interval excludes 0 on the model's side, else 'no signal yet');
+-- the interval excludes 0 on the model's side and the held-out rows have
+-- at least the trainer's --eval-min-groups groups, else 'no signal yet');
 -- checkpoint_verdict is the checkpoint's, the same as critic_evals'
 -- verdict ('beats baselines' only when every metric's is). evaluated_at
 -- equals the critic_evals rows' of the same evaluation; a re-evaluated

@@ -109,7 +109,7 @@ type UpdateTruth struct {
 	// signal is on.
 	Quality float64
 	// ContentLift is the lift Quality alone sets: meanIncrement ×
-	// contentSD × Quality (0 in a cell without updates).
+	// contentSD × Quality.
 	ContentLift float64
 	// Lift is the update's true increment of the success probability
 	// (Candidate.Lift): meanIncrement × (1 + contentSD·Quality +
