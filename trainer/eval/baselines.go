@@ -173,11 +173,13 @@ func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
 	}
 	cellStd := rms(cellRes)
 
-	// Evidence regression.
+	// Evidence regression. Each query is parsed once: trainEv and heldEv
+	// are the rows' evidence figures (ok false without one).
+	trainEv, heldEv := evidenceOf(train), evidenceOf(heldout)
 	var xs, rys []float64
-	for _, s := range train {
-		if x, ok := EvidenceScore(s.Query); ok {
-			xs = append(xs, x)
+	for i, s := range train {
+		if e := trainEv[i]; e.ok {
+			xs = append(xs, e.x)
 			rys = append(rys, s.Effect)
 		}
 	}
@@ -191,7 +193,7 @@ func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
 		evStd = rms(r)
 	}
 
-	ctx := fitContext(train, cells, cellStd)
+	ctx := fitContext(train, trainEv, cells, cellStd)
 
 	n := len(heldout)
 	out := []Predictions{
@@ -210,11 +212,11 @@ func Baselines(train, heldout []*schemas.LabeledSample) ([]Predictions, error) {
 			out[2].Preds[i] = Prediction{Mean: med, Std: cellStd, Probs: onehot(maj)}
 		}
 		p := Prediction{Mean: med, Std: evStd, Probs: onehot(maj)}
-		if x, ok := EvidenceScore(s.Query); ok && fitted {
-			p.Mean = a + b*x
+		if e := heldEv[i]; e.ok && fitted {
+			p.Mean = a + b*e.x
 		}
 		out[3].Preds[i] = p
-		out[4].Preds[i] = ctx.predict(s, p, maj)
+		out[4].Preds[i] = ctx.predict(s, heldEv[i], p, maj)
 	}
 	return out, nil
 }
@@ -228,12 +230,13 @@ type cellFit struct {
 // contextFit is the context regression: a per-cell intercept and a shared
 // evidence slope.
 type contextFit struct {
-	// intercept[k] is cell k's a_cell; cellMean its mean effect (for a row
-	// without evidence).
-	intercept, cellMean map[cellKey]float64
-	slope               float64
-	fitted              bool
-	std                 float64
+	// intercept[k] is cell k's a_cell; cells[k].mean its mean effect (the
+	// cell-mean baseline's fit, for a row without evidence).
+	intercept map[cellKey]float64
+	cells     map[cellKey]cellFit
+	slope     float64
+	fitted    bool
+	std       float64
 }
 
 // fitContext fits effect = a_cell + b·x on the training rows with an
@@ -242,7 +245,7 @@ type contextFit struct {
 // b·x̄_c. It is not fitted when x has no finite within-cell spread: every
 // seen cell then predicts its mean effect (slope 0), with cellStd, the
 // cell-mean baseline's std.
-func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, cellStd float64) contextFit {
+func fitContext(train []*schemas.LabeledSample, ev []evidence, cells map[cellKey]cellFit, cellStd float64) contextFit {
 	type acc struct{ n, sx, sy float64 }
 	sums := map[cellKey]*acc{}
 	type row struct {
@@ -250,11 +253,11 @@ func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, cellS
 		x, y float64
 	}
 	var rows []row
-	for _, s := range train {
-		x, ok := EvidenceScore(s.Query)
-		if !ok {
+	for i, s := range train {
+		if !ev[i].ok {
 			continue
 		}
+		x := ev[i].x
 		k := keyOf(s)
 		a := sums[k]
 		if a == nil {
@@ -266,10 +269,7 @@ func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, cellS
 		a.sy += s.Effect
 		rows = append(rows, row{k, x, s.Effect})
 	}
-	f := contextFit{intercept: map[cellKey]float64{}, cellMean: map[cellKey]float64{}, std: cellStd}
-	for k, c := range cells {
-		f.cellMean[k] = c.mean
-	}
+	f := contextFit{intercept: map[cellKey]float64{}, cells: cells, std: cellStd}
 	var sxx, sxy float64
 	for _, r := range rows {
 		a := sums[r.k]
@@ -293,19 +293,33 @@ func fitContext(train []*schemas.LabeledSample, cells map[cellKey]cellFit, cellS
 	return f
 }
 
-// predict is the context regression's forecast for s; ev is the evidence
-// regression's forecast for s (the fallback for an unseen cell or an
-// unfitted regression), maj the training majority label.
-func (f contextFit) predict(s *schemas.LabeledSample, ev Prediction, maj int) Prediction {
+// predict is the context regression's forecast for s, whose evidence
+// figure is e; ev is the evidence regression's forecast for s (the
+// fallback for an unseen cell), maj the training majority label.
+func (f contextFit) predict(s *schemas.LabeledSample, e evidence, ev Prediction, maj int) Prediction {
 	p := Prediction{Mean: ev.Mean, Std: f.std, Probs: onehot(maj)}
 	k := keyOf(s)
-	x, ok := EvidenceScore(s.Query)
-	if a, seen := f.intercept[k]; seen && ok && f.fitted {
-		p.Mean = a + f.slope*x
-	} else if m, seen := f.cellMean[k]; seen {
-		p.Mean = m
+	if a, seen := f.intercept[k]; seen && e.ok && f.fitted {
+		p.Mean = a + f.slope*e.x
+	} else if c, seen := f.cells[k]; seen {
+		p.Mean = c.mean
 	}
 	return p
+}
+
+// evidence is a row's EvidenceScore.
+type evidence struct {
+	x  float64
+	ok bool
+}
+
+// evidenceOf parses each row's query once.
+func evidenceOf(rows []*schemas.LabeledSample) []evidence {
+	out := make([]evidence, len(rows))
+	for i, s := range rows {
+		out[i].x, out[i].ok = EvidenceScore(s.Query)
+	}
+	return out
 }
 
 // leastSquares fits y = a + b·x; ok is false with fewer than two points or no
