@@ -2,7 +2,6 @@ package chsink
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/segmentio/kafka-go"
@@ -19,7 +18,6 @@ import (
 func (s *Sink) pollLag(ctx context.Context) {
 	kafkax.Poll(ctx, s.cfg.Brokers, s.cfg.LagInterval, s.updateLag, func(err error) {
 		s.log.Debug().Err(err).Msg("consumer lag poll failed")
-		fmt.Println("DEBUGERR", err)
 	})
 }
 
