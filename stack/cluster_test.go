@@ -284,7 +284,7 @@ func converge(ctx context.Context, t *testing.T, deadline time.Time, refAddr, re
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
 	for {
-		d := testenv.Diff(httpQuery(ctx, t, refAddr, refDB, q), httpQuery(ctx, t, addr, db, q), exact)
+		d := testenv.Diff("single server", httpQuery(ctx, t, refAddr, refDB, q), addr, httpQuery(ctx, t, addr, db, q), exact)
 		if d == "" || time.Now().After(deadline) {
 			return d
 		}

@@ -120,7 +120,7 @@ func viewDiffs(t *testing.T, old *testenv.CH, cur *testenv.CHDB) map[string]stri
 		case len(a.Rows) == 0:
 			out[v] = "empty on the fixture"
 		default:
-			if d := testenv.Diff(a, b, false); d != "" {
+			if d := testenv.Diff("18.16", a, "chDB", b, false); d != "" {
 				out[v] = d
 			}
 		}
@@ -138,7 +138,7 @@ func TestViewsSameOnBothEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a.Rows) != 1 || a.Rows[0][0] != "E1" || testenv.Diff(a, b, true) != "" {
+	if len(a.Rows) != 1 || a.Rows[0][0] != "E1" || testenv.Diff("18.16", a, "chDB", b, true) != "" {
 		t.Errorf("tied best_evolver: 18.16 %v, current %v; want E1 on both", a.Rows, b.Rows)
 	}
 }
@@ -205,7 +205,7 @@ func TestDocumentedQueriesSameOnBothEngines(t *testing.T) {
 				if len(a.Rows) == 0 {
 					t.Errorf("%s example %d returned no rows:\n%s", doc, i+1, q)
 				}
-				if d := testenv.Diff(a, b, strings.Contains(q, "ORDER BY")); d != "" {
+				if d := testenv.Diff("18.16", a, "chDB", b, strings.Contains(q, "ORDER BY")); d != "" {
 					t.Errorf("%s example %d differs between 18.16 and %s:\n%s\n%s", doc, i+1, cur.Version, q, d)
 				}
 			}

@@ -79,7 +79,7 @@ func CopyTables(t testing.TB, from *CH, to *CHDB, tables ...string) {
 			t.Fatalf("testenv: import %s into chDB: %v", tb, err)
 		}
 		a, b, err := QueryBoth(from, to, "SELECT count() FROM "+q)
-		if err != nil || Diff(a, b, true) != "" {
+		if err != nil || Diff("18.16", a, "chDB", b, true) != "" {
 			t.Fatalf("testenv: %s: %v rows on 18.16, %v on chDB (%v)", tb, a.Rows, b.Rows, err)
 		}
 	}
@@ -113,14 +113,19 @@ func QueryBoth(old *CH, cur *CHDB, query string) (Result, Result, error) {
 	return a, b, err
 }
 
-// Diff compares two answers and returns "" when they are the same: the same
-// column names, the same number of rows, and cell by cell the same text or
-// numbers within 1e-9 relative (1e-12 absolute near 0; NaN equals NaN). With
-// ordered false the rows are compared as sets (sorted first, numbers rounded
-// to 9 significant digits for the order); with ordered true, in order.
-func Diff(a, b Result, ordered bool) string {
+// Diff compares two answers, a from the engine or node named aName and b
+// from bName (the names label the differences), and returns "" when they
+// are the same: the same column names, the same number of rows, and cell by
+// cell the same text or numbers within 1e-9 relative (1e-12 absolute near
+// 0; NaN equals NaN). With ordered false the rows are compared as sets
+// (sorted first, numbers rounded to 9 significant digits for the order);
+// with ordered true, in order.
+func Diff(aName string, a Result, bName string, b Result, ordered bool) string {
+	// Pad the labels to one width so that the rows line up.
+	w := max(len(aName), len(bName)) + 1
+	la, lb := fmt.Sprintf("%-*s", w, aName+":"), fmt.Sprintf("%-*s", w, bName+":")
 	if strings.Join(a.Cols, "|") != strings.Join(b.Cols, "|") {
-		return fmt.Sprintf("columns differ:\n  18.16: %v\n  chDB:  %v", a.Cols, b.Cols)
+		return fmt.Sprintf("columns differ:\n  %s %v\n  %s %v", la, a.Cols, lb, b.Cols)
 	}
 	ra, rb := a.Rows, b.Rows
 	if !ordered {
@@ -130,15 +135,15 @@ func Diff(a, b Result, ordered bool) string {
 	for i := 0; i < max(len(ra), len(rb)); i++ {
 		switch {
 		case i >= len(ra):
-			out = append(out, fmt.Sprintf("  only on chDB:  %s", strings.Join(rb[i], " | ")))
+			out = append(out, fmt.Sprintf("  only on %s %s", lb, strings.Join(rb[i], " | ")))
 		case i >= len(rb):
-			out = append(out, fmt.Sprintf("  only on 18.16: %s", strings.Join(ra[i], " | ")))
+			out = append(out, fmt.Sprintf("  only on %s %s", la, strings.Join(ra[i], " | ")))
 		case !sameRow(ra[i], rb[i]):
-			out = append(out, fmt.Sprintf("  row %d:\n    18.16: %s\n    chDB:  %s", i+1, strings.Join(ra[i], " | "), strings.Join(rb[i], " | ")))
+			out = append(out, fmt.Sprintf("  row %d:\n    %s %s\n    %s %s", i+1, la, strings.Join(ra[i], " | "), lb, strings.Join(rb[i], " | ")))
 		}
 	}
 	if len(ra) != len(rb) {
-		out = append([]string{fmt.Sprintf("  %d rows on 18.16, %d on chDB", len(ra), len(rb))}, out...)
+		out = append([]string{fmt.Sprintf("  %d rows on %s, %d on %s", len(ra), aName, len(rb), bName)}, out...)
 	}
 	return strings.Join(out, "\n")
 }
