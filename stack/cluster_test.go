@@ -18,6 +18,7 @@ import (
 	"github.com/harnessflow/harnessflow/internal/chcluster"
 	"github.com/harnessflow/harnessflow/internal/chdb"
 	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/processors"
 	"github.com/harnessflow/harnessflow/producers"
@@ -85,11 +86,15 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	}
 	stopProc := run("processors", proc.Run)
 	defer stopProc()
+	var clusterSinks []*chsink.Sink
 	sink := func(group, addr, database, cluster string) func() {
 		s, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: addr, Database: database, Cluster: cluster, Group: group,
 			MaxAge: 200 * time.Millisecond, RetryMaxInterval: 500 * time.Millisecond}, chsink.WithLogger(zerolog.Nop()))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if cluster != "" {
+			clusterSinks = append(clusterSinks, s)
 		}
 		return run("sink "+group+" "+addr, s.Run)
 	}
@@ -114,10 +119,17 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	// comes back on its data: its shard's other replica takes the writes
 	// and it catches up from ZooKeeper's replication log.
 	reader := openNode(ctx, t, s2r2, db)
-	testenv.Eventually(t, 2*time.Minute, "a third of the attempts in the cluster", func() bool {
-		got, err := countRows(ctx, reader, cfg.Campaign)
-		return err == nil && got.Attempts >= want.Attempts/3
-	})
+	// Every wait below lasts while the pipeline makes progress (the
+	// machine's load sets the pace) and gives up after a minute without.
+	attemptsIn := func(cond func(got, want DemoCounts) bool) func() (bool, string) {
+		return func() (bool, string) {
+			got, err := countRows(ctx, reader, cfg.Campaign)
+			return err == nil && cond(got, want), fmt.Sprintf("%+v (%v)", got, err)
+		}
+	}
+	testenv.WhileProgressing(t, time.Minute, 4*time.Minute, "a third of the attempts in the cluster", attemptsIn(func(got, want DemoCounts) bool {
+		return got.Attempts >= want.Attempts/3
+	}))
 	cl.KillNode(s1r1)
 	t.Logf("killed replica %s at %s", s1r1.Name(), time.Since(start).Round(time.Millisecond))
 	// The replica stays down while rows arrive: until the cluster holds
@@ -126,10 +138,9 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, "attempts arriving while a replica is down", func() bool {
-		got, err := countRows(ctx, reader, cfg.Campaign)
-		return err == nil && (got.Attempts > atKill.Attempts || got.Attempts >= want.Attempts)
-	})
+	testenv.WhileProgressing(t, time.Minute, 4*time.Minute, "attempts arriving while a replica is down", attemptsIn(func(got, want DemoCounts) bool {
+		return got.Attempts > atKill.Attempts || got.Attempts >= want.Attempts
+	}))
 	if err := cl.StartNode(ctx, s1r1); err != nil {
 		t.Fatal(err)
 	}
@@ -138,18 +149,40 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 		name string
 		conn driver.Conn
 	}{{"single server", single.Conn}, {"cluster", reader}} {
-		testenv.Eventually(t, 4*time.Minute, c.name+" holds the whole campaign", func() bool {
+		testenv.WhileProgressing(t, time.Minute, 6*time.Minute, c.name+" holds the whole campaign", func() (bool, string) {
 			got, err := countRows(ctx, c.conn, cfg.Campaign)
-			return err == nil && got.Attempts >= want.Attempts && got.Samples >= want.Samples && got.Rounds >= want.Rounds && got.Cells >= want.Cells
+			return err == nil && got.Attempts >= want.Attempts && got.Samples >= want.Samples && got.Rounds >= want.Rounds && got.Cells >= want.Cells,
+				fmt.Sprintf("%+v of %+v (%v)", got, want, err)
 		})
 	}
-	// Let every replica catch up; the sinks keep running, so each
-	// comparison below waits (converge) until the cluster agrees.
 	t.Logf("campaign in both at %s", time.Since(start).Round(time.Millisecond))
+	// The sinks are done when each group has committed every event and the
+	// cluster's sinks have verified every cell_scores summary they wrote
+	// (a summary recomputed while the replica that took its attempts was
+	// down is written short, then repaired: chsink's verify.go). Then every
+	// replica fetches what its shard holds, and the answers are final:
+	// each comparison below is made once.
+	kc := kafkax.NewClient(brokers)
+	var settled string
+	testenv.WhileProgressing(t, time.Minute, 6*time.Minute, "every sink to commit every event and verify every summary", func() (bool, string) {
+		lagSingle, err1 := kafkax.GroupLag(ctx, kc, "hf-sink-single", chsink.DefaultTopics()...)
+		lagCluster, err2 := kafkax.GroupLag(ctx, kc, "hf-sink-cluster", chsink.DefaultTopics()...)
+		var unverified, repaired int64
+		for _, s := range clusterSinks {
+			st := s.Stats()
+			unverified += st.Unverified
+			repaired += st.Repairs
+		}
+		settled = fmt.Sprintf("single sink's lag %d, cluster sinks' lag %d, summaries unverified %d, repaired %d", lagSingle, lagCluster, unverified, repaired)
+		if err := errors.Join(err1, err2); err != nil {
+			settled += " (" + err.Error() + ")"
+		}
+		return err1 == nil && err2 == nil && lagSingle == 0 && lagCluster == 0 && unverified == 0, settled
+	})
+	t.Logf("sinks settled at %s: %s", time.Since(start).Round(time.Millisecond), settled)
 	syncReplicas(ctx, t, cl, db)
 
 	readers := []*chcluster.Node{s1r2, s2r2, s1r1}
-	agree := time.Now().Add(2 * time.Minute) // for every comparison together
 	for _, tbl := range clusterTables {
 		q := "SELECT count() AS rows, uniqExact(" + keyOf(tbl) + ") AS keys FROM " + tbl + " FINAL"
 		ref := httpQuery(ctx, t, single.Server.HTTPAddr(), single.Database, q)
@@ -160,19 +193,20 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 			t.Errorf("%s on the single server: %v rows for %v keys", tbl, ref.Rows[0][0], ref.Rows[0][1])
 		}
 		for _, nd := range readers {
-			if d := converge(ctx, t, agree, single.Server.HTTPAddr(), single.Database, nd.HTTPAddr(), db, q, true); d != "" {
-				t.Errorf("%s through %s: %s", tbl, nd.Name(), d)
+			if d := testenv.Diff("single server", ref, nd.Name(), httpQuery(ctx, t, nd.HTTPAddr(), db, q), true); d != "" {
+				t.Errorf("%s through %s:\n%s", tbl, nd.Name(), d)
 			}
 		}
 	}
 	for _, v := range clusterViews {
-		ref := httpQuery(ctx, t, single.Server.HTTPAddr(), single.Database, "SELECT * FROM "+v)
+		q := "SELECT * FROM " + v
+		ref := httpQuery(ctx, t, single.Server.HTTPAddr(), single.Database, q)
 		if len(ref.Rows) == 0 {
 			t.Errorf("%s: empty on the single server", v)
 		}
 		for _, nd := range readers {
-			if d := converge(ctx, t, agree, single.Server.HTTPAddr(), single.Database, nd.HTTPAddr(), db, "SELECT * FROM "+v, false); d != "" {
-				t.Errorf("%s through %s: %s", v, nd.Name(), d)
+			if d := testenv.Diff("single server", ref, nd.Name(), httpQuery(ctx, t, nd.HTTPAddr(), db, q), false); d != "" {
+				t.Errorf("%s through %s:\n%s", v, nd.Name(), d)
 			}
 		}
 	}
@@ -272,28 +306,6 @@ func openNode(ctx context.Context, t *testing.T, nd *chcluster.Node, db string) 
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
-}
-
-// converge asks q of the single server and of a cluster node until the
-// answers agree or the deadline passes, and returns their last difference
-// ("" when they agree). The sinks still run: a table they recompute
-// (cell_scores) or a replica that came back may lag the single server's
-// by a few seconds on a loaded machine, which is not a difference.
-func converge(ctx context.Context, t *testing.T, deadline time.Time, refAddr, refDB, addr, db, q string, exact bool) string {
-	t.Helper()
-	poll := time.NewTicker(time.Second)
-	defer poll.Stop()
-	for {
-		d := testenv.Diff("single server", httpQuery(ctx, t, refAddr, refDB, q), addr, httpQuery(ctx, t, addr, db, q), exact)
-		if d == "" || time.Now().After(deadline) {
-			return d
-		}
-		select {
-		case <-ctx.Done():
-			return d
-		case <-poll.C:
-		}
-	}
 }
 
 // syncReplicas waits until every replica of every local table has fetched

@@ -228,3 +228,141 @@ func uniqueSorted(in []string) []string {
 	}
 	return out[:w]
 }
+
+// CellCheck is what VerifyCells checks of one cell: its key and some event
+// ids of the attempts last inserted for it (a few are enough: an insert
+// lands on a replica whole).
+type CellCheck struct {
+	Key      CellKey
+	EventIDs []string
+}
+
+// VerifyCells reports which of the checked cells' cell_scores summaries are
+// not yet what their attempts give: the cell's attempts, as read, do not
+// include every listed event id (the read went to a replica that has not
+// fetched that insert yet, or the only replica that has it is down), or the
+// summary's version is not VersionBase plus the number of distinct attempt
+// events read (no summary, or one computed from fewer or other events).
+//
+// On a cluster a recomputation reads each shard through one of its replicas,
+// which may not hold an insert another replica acknowledged a moment before:
+// the summary it writes then lacks those attempts, or is not written at
+// all, and nothing recomputes the cell again if no later attempt arrives.
+// A sink that recomputes through a cluster calls VerifyCells a little later
+// and recomputes the cells it returns until none is returned. Duplicated
+// checks are merged; checks with an empty cell id are ignored; a cell whose
+// key alone exceeds MaxStatementBytes is reported settled (RecomputeCells
+// skips it as well).
+func VerifyCells(ctx context.Context, s Session, database string, checks []CellCheck) ([]CellKey, error) {
+	if strings.TrimSpace(database) == "" {
+		return nil, ErrNoDatabase
+	}
+	want := map[CellKey]map[string]struct{}{}
+	var keys []CellKey
+	for _, c := range checks {
+		if c.Key.CellID == "" {
+			continue
+		}
+		ids, ok := want[c.Key]
+		if !ok {
+			ids = map[string]struct{}{}
+			want[c.Key] = ids
+			keys = append(keys, c.Key)
+		}
+		for _, id := range c.EventIDs {
+			ids[id] = struct{}{}
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Project != keys[j].Project {
+			return keys[i].Project < keys[j].Project
+		}
+		return keys[i].CellID < keys[j].CellID
+	})
+	q := QuoteIdent(database)
+	fixed := len(verifySQL) + 2*len(q) + 64
+	var unsettled []CellKey
+	for lo := 0; lo < len(keys); {
+		// A chunk: its cells' tuples (written twice) and their id tuples.
+		var cells, idLits []string
+		included := map[CellKey]bool{}
+		size := fixed
+		hi := lo
+		for ; hi < len(keys) && len(cells) < RecomputeChunk; hi++ {
+			k := keys[hi]
+			tuple := "(" + QuoteString(k.Project) + ", " + QuoteString(k.CellID) + ")"
+			var lits []string
+			cost := 2 * (2 + len(tuple))
+			for id := range want[k] {
+				lit := "(" + QuoteString(k.Project) + ", " + QuoteString(k.CellID) + ", " + QuoteString(id) + ")"
+				lits = append(lits, lit)
+				cost += 2 + len(lit)
+			}
+			if fixed+cost > MaxStatementBytes {
+				if len(cells) == 0 {
+					continue // fits no statement: settled, as RecomputeCells skips it
+				}
+				break
+			}
+			if size+cost > MaxStatementBytes {
+				break
+			}
+			size += cost
+			included[k] = true
+			cells = append(cells, tuple)
+			idLits = append(idLits, lits...)
+		}
+		chunk := keys[lo:hi]
+		lo = hi
+		if len(cells) == 0 {
+			continue
+		}
+		ids := "('', '', '')" // no ids listed: any read counts as complete
+		if len(idLits) > 0 {
+			ids = strings.Join(idLits, ", ")
+		}
+		stmt := strings.NewReplacer(DBPlaceholder, q, "{cells}", strings.Join(cells, ", "), "{ids}", ids).Replace(verifySQL)
+		_, rows, err := s.QueryStrings(ctx, stmt)
+		if err != nil {
+			return nil, &RecomputeError{Cells: len(cells), Err: err}
+		}
+		read := map[CellKey][]string{}
+		for _, r := range rows {
+			if len(r) == 5 {
+				read[CellKey{Project: r[0], CellID: r[1]}] = r[2:]
+			}
+		}
+		for _, k := range chunk {
+			r, ok := read[k]
+			if !included[k] {
+				continue // skipped: fits no statement
+			}
+			if !ok || r[1] != strconv.Itoa(len(want[k])) || r[0] != r[2] {
+				unsettled = append(unsettled, k)
+			}
+		}
+	}
+	return unsettled, nil
+}
+
+// verifySQL reads, per listed cell ({cells}), the version its summary must
+// have (from the distinct attempt events read), how many of the listed
+// event ids ({ids}, (project, cell_id, event_id) tuples) were read, and the
+// version of its newest summary (0 when it has none).
+var verifySQL = `SELECT project, cell_id, toString(want), toString(seen), toString(have)
+FROM
+(
+    SELECT project, cell_id,
+        toUInt64(` + strconv.FormatUint(VersionBase, 10) + ` + uniqExact(cityHash64(event_id))) AS want,
+        uniqExactIf(event_id, (project, cell_id, event_id) IN ({ids})) AS seen
+    FROM {db}.task_attempts
+    WHERE (project, cell_id) IN ({cells})
+    GROUP BY project, cell_id
+) AS a
+ALL LEFT JOIN
+(
+    SELECT project, cell_id, max(_version) AS have
+    FROM {db}.cell_scores
+    WHERE (project, cell_id) IN ({cells})
+    GROUP BY project, cell_id
+) AS b USING (project, cell_id)`

@@ -25,3 +25,36 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 	}
 }
+
+// WhileProgressing waits for a condition on work that advances at its own
+// pace, the machine's load deciding how fast: poll (every 100 ms) returns
+// whether it is done and a description of the work's state (counts,
+// lags). The wait gives up only when the state has not changed for stall,
+// or when max has passed in all, and then fails the test with what it
+// waited for and the last state, so a slow machine gets the time its work
+// takes and a stuck pipeline still fails quickly.
+func WhileProgressing(t testing.TB, stall, max time.Duration, what string, poll func() (done bool, state string)) {
+	t.Helper()
+	start := time.Now()
+	done, state := poll()
+	changed := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !done {
+		<-tick.C
+		var now string
+		done, now = poll()
+		if now != state {
+			state, changed = now, time.Now()
+		}
+		if done {
+			break
+		}
+		if time.Since(changed) > stall {
+			t.Fatalf("waited %s for %s: no progress for %s; last state: %s", time.Since(start).Round(time.Millisecond), what, stall, state)
+		}
+		if time.Since(start) > max {
+			t.Fatalf("waited %s (the most allowed) for %s; last state: %s", max, what, state)
+		}
+	}
+}

@@ -73,6 +73,19 @@ type Config struct {
 	// LagInterval is how often the group's lag (hf_sink_commit_lag) is
 	// polled from the brokers. Default (also for a negative value): 5s.
 	LagInterval time.Duration
+	// VerifyDelay is how long after recomputing cells through a cluster
+	// (Cluster set) the sink checks their cell_scores summaries against
+	// their attempts (chddl.VerifyCells) and recomputes those that a
+	// replica's lag left short; a cell still short is checked again after
+	// twice the previous wait, at most MaxVerifyDelay. Unused on a single
+	// server, where a recomputation reads what the insert wrote. Default:
+	// 1s.
+	VerifyDelay time.Duration
+	// MaxUnverified bounds the cells awaiting verification; past it the
+	// oldest are dropped unverified (counted in
+	// hf_sink_cell_scores_unverified_dropped_total and logged): their next
+	// attempt recomputes them again. Default: 1048576.
+	MaxUnverified int
 }
 
 // DefaultConfig returns the Config that New uses for zero fields: the one
@@ -125,6 +138,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.LagInterval <= 0 {
 		c.LagInterval = 5 * time.Second
+	}
+	if c.VerifyDelay <= 0 {
+		c.VerifyDelay = time.Second
+	}
+	if c.MaxUnverified <= 0 {
+		c.MaxUnverified = 1 << 20
 	}
 }
 

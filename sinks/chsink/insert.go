@@ -60,6 +60,9 @@ func (s *Sink) insert(ctx context.Context, j *job, recompute bool) {
 		Dur("took", time.Since(start)).Msg("inserted")
 	if recompute && t == tAttempts {
 		j.cells = attemptCells(j.rows)
+		if s.verifying {
+			j.checks = attemptChecks(j.rows)
+		}
 	}
 	j.rows = nil // let the events be freed
 	if j.cells == nil {
@@ -191,6 +194,7 @@ func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
 		s.m.latency.WithLabelValues("cell_scores").Observe(time.Since(t0).Seconds())
 		s.log.Debug().Int("cells", len(list)).Int("batches", len(batch)).Dur("took", time.Since(t0)).Msg("cell_scores recomputed")
 		for _, j := range batch {
+			s.expectVerify(j.checks) // before the offsets can be committed
 			s.markDone(j)
 		}
 	}

@@ -50,6 +50,9 @@ func (s *Sink) startWorkers() (stop func()) {
 	wctx, stopWork := context.WithCancel(context.Background())
 	var insWG, recWG sync.WaitGroup
 	cs, _ := s.w.(CellScorer)
+	// On a cluster the recomputed cells are verified (verify.go).
+	cv, canVerify := s.w.(CellVerifier)
+	s.verifying = canVerify && cs != nil && s.cfg.Cluster != ""
 	for i := 0; i < max(1, s.cfg.Inserters); i++ {
 		insWG.Add(1)
 		go func() { defer insWG.Done(); s.inserter(wctx, cs != nil) }()
@@ -57,6 +60,10 @@ func (s *Sink) startWorkers() (stop func()) {
 	if cs != nil {
 		recWG.Add(1)
 		go func() { defer recWG.Done(); s.recomputer(wctx, cs) }()
+	}
+	if s.verifying {
+		insWG.Add(1)
+		go func() { defer insWG.Done(); s.verifier(wctx, cs, cv) }()
 	}
 	return func() {
 		close(s.ins)

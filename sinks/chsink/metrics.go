@@ -13,6 +13,11 @@ type sinkMetrics struct {
 	kafkaRestarts prometheus.Counter
 	// commitLag is the group's lag per partition (lag.go).
 	commitLag *prometheus.GaugeVec
+	// unverified, repairs and unverifiedDropped follow the verification of
+	// cell_scores on a cluster (verify.go).
+	unverified        prometheus.Gauge
+	repairs           prometheus.Counter
+	unverifiedDropped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *sinkMetrics {
@@ -39,9 +44,18 @@ func newMetrics(reg prometheus.Registerer) *sinkMetrics {
 		commitLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hf_sink_commit_lag", Help: "Log end offset minus the group's committed offset, by group, topic and partition (polled every LagInterval).",
 		}, []string{"group", "topic", "partition"}),
+		unverified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hf_sink_cell_scores_unverified", Help: "Cells whose cell_scores summary, recomputed through a cluster, is not yet verified against their attempts (0: every summary this sink wrote is whole).",
+		}),
+		repairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hf_sink_cell_scores_repairs_total", Help: "Cells recomputed again because verification found their summary short (a replica had not fetched their attempts).",
+		}),
+		unverifiedDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hf_sink_cell_scores_unverified_dropped_total", Help: "Cells dropped unverified because more than MaxUnverified awaited verification.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered, m.kafkaRestarts, m.commitLag)
+		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered, m.kafkaRestarts, m.commitLag, m.unverified, m.repairs, m.unverifiedDropped)
 	}
 	return m
 }

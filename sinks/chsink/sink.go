@@ -71,9 +71,16 @@ type Sink struct {
 
 	// ownWriter: w is the ConnWriter Run opened (not WithWriter's).
 	ownWriter bool
+	// verifying: the recomputed cells are verified (a cluster; set by
+	// startWorkers before the workers start).
+	verifying bool
 	// dlq writes the dead letters of rows ClickHouse refuses to hf.dlq
 	// (set by runOnce before its workers start).
 	dlq *kafka.Writer
+
+	// verify is the cells awaiting verification on a cluster (verify.go);
+	// it outlives a consumer restart.
+	verify verifySet
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -92,6 +99,10 @@ type Stats struct {
 	// Commits is successful offset commits, Committed the messages read
 	// since Run began whose offsets are committed.
 	Commits, Committed int64
+	// Unverified is the cells whose cell_scores summary, recomputed
+	// through a cluster, awaits verification now; Repairs the cells
+	// recomputed again because it found them short (verify.go).
+	Unverified, Repairs int64
 }
 
 // New checks cfg and returns a Sink; it connects to nothing until Run.

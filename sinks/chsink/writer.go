@@ -30,6 +30,14 @@ type CellScorer interface {
 	RecomputeCellScores(ctx context.Context, cells []chddl.CellKey) error
 }
 
+// CellVerifier reports which cells' cell_scores summaries are not yet what
+// their attempts give (chddl.VerifyCells). On a cluster, when the writer
+// implements it, the sink verifies every recomputed cell a little later and
+// recomputes it again until it is settled.
+type CellVerifier interface {
+	VerifyCellScores(ctx context.Context, checks []chddl.CellCheck) ([]chddl.CellKey, error)
+}
+
 // connWriter implements BatchWriter and CellScorer over clickhouse-go's native protocol with
 // named-column batch inserts into database.
 type connWriter struct {
@@ -101,6 +109,10 @@ func quoteAll(cols []string) string {
 		q[i] = chddl.QuoteIdent(c)
 	}
 	return strings.Join(q, ", ")
+}
+
+func (w *connWriter) VerifyCellScores(ctx context.Context, checks []chddl.CellCheck) ([]chddl.CellKey, error) {
+	return chddl.VerifyCells(ctx, chx.Session(w.conn), w.database, checks)
 }
 
 func (w *connWriter) RecomputeCellScores(ctx context.Context, cells []chddl.CellKey) error {
