@@ -248,10 +248,13 @@ func (s *Stack) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tr, err := trainer.New(trainer.Config{
+	tcfg := trainer.Config{
 		Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database,
 		CheckpointDir: filepath.Join(cfg.DataDir, "trainer"), Device: cfg.Device, Listen: trainerLn.Addr().String(),
-	}, trainer.WithLogger(s.sub("trainer")), trainer.WithRegisterer(reg), trainer.WithListener(trainerLn),
+	}
+	obs.WarnUnauthenticated(s.sub("trainer"), "trainer", trainerLn.Addr().String(), tcfg.ScoreToken != "" || tcfg.ScoreTokenFile != "",
+		"anyone who reaches it scores candidates and rewards with the critic (POST /v1/score, /v1/rewards); give --trainer-listen 127.0.0.1:PORT")
+	tr, err := trainer.New(tcfg, trainer.WithLogger(s.sub("trainer")), trainer.WithRegisterer(reg), trainer.WithListener(trainerLn),
 		// Every checkpoint is evaluated on the held-out groups against
 		// the baselines (critic_evals, the warming flag), as train does.
 		trainer.WithCheckpointEvaluator(eval.CheckpointEvaluator(eval.Config{})))
@@ -315,6 +318,9 @@ func (s *Stack) startKafka(prev Endpoints) ([]string, []kafkax.TopicOption, func
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	obs.WarnUnauthenticated(s.log, "embedded broker", b.Addr(), false, // up's broker has no SASL
+		"any client that reaches it reads and writes every topic of every project, past every project check of the gateway; "+
+			"give --broker-listen 127.0.0.1:PORT, or run `harnessflow broker --sasl-users` and give it with --brokers")
 	return []string{b.Addr()}, []kafkax.TopicOption{b.TopicOption()}, func() {
 		s.log.Info().Msg("stopping the embedded broker")
 		b.Close()

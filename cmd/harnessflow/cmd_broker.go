@@ -48,6 +48,9 @@ accepts TLS connections only. Clients then need --kafka-sasl, --kafka-user,
 			}
 			log.Info().Str("addr", b.Addr()).Str("data_dir", dataDir).Int("sasl_users", len(cfg.SASLUsers)).
 				Bool("tls", cfg.TLS != nil).Msg("broker ready")
+			obs.WarnUnauthenticated(log, "broker", b.Addr(), len(cfg.SASLUsers) > 0,
+				"any client that reaches it reads and writes every topic of every project, past every project check of the gateway; "+
+					"give --sasl-users (with --tls-cert and --tls-key) or --listen 127.0.0.1:PORT")
 			fmt.Fprintln(cmd.OutOrStdout(), b.Addr())
 			<-cmd.Context().Done()
 			log.Info().Msg("broker stopping: flushing data dir")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,7 +40,10 @@ base name of DIR; cell ids are the cell directories' names.
 
 Importing the same directory again produces the same event ids and changes no
 figure. For each file read, a line "path: read N rows, skipped M (reason: k)"
-goes to stderr.`,
+goes to stderr, names escaped (strconv.Quote) when they hold characters that are
+not printable, such as terminal escape codes. A cell directory or a file that is a
+symbolic link, or a file with more than one hard link, is refused: the report names
+it and none of its tasks is imported.`,
 		Example: "  harnessflow import a-evolve ./runs/paper --brokers 127.0.0.1:9092",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,12 +73,8 @@ goes to stderr.`,
 			if runErr != nil {
 				return withCode(2, runErr)
 			}
-			for _, c := range sum.Cells {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s agent %s (%s) evolver %s (%s) seed %d: %d tasks, %d attempts, %d skill events, %d updates, done %v\n",
-					c.CellID, c.Benchmark, c.Agent, c.AgentModelID, evolverOrNone(c.Evolver), c.EvolverModelID, c.Seed, c.Tasks, c.Attempts, c.SkillEvents, c.Updates, c.Done)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "campaign %s: produced %d events from %d cells\n", sum.Campaign, sum.Events, len(sum.Cells))
-			return nil
+			// Names escaped: cell ids are directory names of the run.
+			return sum.WriteText(cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -89,11 +87,4 @@ goes to stderr.`,
 	f.StringVar(&cfg.Git, "git", d.Git, "git executable used to read workspace tags")
 	f.DurationVar(&connectTimeout, "connect-timeout", kafkax.DefaultConnectTimeout, "how long to wait for a reachable broker")
 	return cmd
-}
-
-func evolverOrNone(e string) string {
-	if e == "" {
-		return "none"
-	}
-	return e
 }

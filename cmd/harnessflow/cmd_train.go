@@ -93,6 +93,11 @@ evaluations, and resume when new samples improve it or refill the window.`,
 			inForce := debug.SetMemoryLimit(-1)
 			log.Info().Str("device", t.Device()).Str("listen", cfg.Listen).Int("nice", nice).
 				Int64("memory_limit", inForce).Str("memory_limit_from", why).Msg("trainer starting")
+			if cfg.Listen != "" && cfg.Listen != "off" {
+				obs.WarnUnauthenticated(log, "trainer", cfg.Listen, cfg.ScoreTokenFile != "" || cfg.ScoreToken != "",
+					"anyone who reaches it scores candidates and rewards with the critic (POST /v1/score, /v1/rewards); "+
+						"give --score-token-file or --listen 127.0.0.1:PORT")
+			}
 			if err := t.Run(cmd.Context()); err != nil {
 				if errors.Is(err, trainer.ErrConfig) {
 					return withCode(2, err)

@@ -11,6 +11,7 @@ package aevolve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -71,17 +72,17 @@ func Import(ctx context.Context, cfg Config, emit func(schemas.Event) error, rep
 	if err := cfg.Validate(); err != nil {
 		return Summary{}, err
 	}
-	cells, err := FindCells(cfg.Dir)
+	cells, links, err := scanCells(cfg.Dir)
 	if err != nil {
-		return Summary{}, fmt.Errorf("scan %s: %w", cfg.Dir, err)
+		return Summary{}, fmt.Errorf("scan %s: %w", shown(cfg.Dir), err)
 	}
-	if len(cells) == 0 {
-		return Summary{}, fmt.Errorf("%w in %s", ErrNoCells, cfg.Dir)
+	if len(cells) == 0 && len(links) == 0 {
+		return Summary{}, fmt.Errorf("%w in %s", ErrNoCells, shown(cfg.Dir))
 	}
 	im := &importer{cfg: cfg, ctx: ctx, emit: emit, report: report, sum: Summary{Campaign: cfg.Campaign}}
 	benches := map[string]bool{}
 	for _, c := range cells {
-		_, _, bm, _, _ := ParseCellName(filepath.Base(c))
+		_, _, bm, _, _ := ParseCellName(filepath.Base(filepath.Clean(c.path)))
 		benches[bm] = true
 	}
 	bl := make([]string, 0, len(benches))
@@ -94,16 +95,19 @@ func Import(ctx context.Context, cfg Config, emit func(schemas.Event) error, rep
 	if err != nil {
 		return im.sum, err
 	}
+	for _, l := range links {
+		im.refuseCell(l, linkedCell)
+	}
 	for _, c := range cells {
 		if err := ctx.Err(); err != nil {
 			return im.sum, err
 		}
 		if err := im.cell(c); err != nil {
-			return im.sum, fmt.Errorf("cell %s: %w", filepath.Base(c), err)
+			return im.sum, fmt.Errorf("cell %s: %w", shown(filepath.Base(filepath.Clean(c.path))), err)
 		}
 	}
 	if im.sum.Refused > 0 && im.sum.attempts() == 0 {
-		return im.sum, fmt.Errorf("%w: %d unsafe files of %s refused and no task attempt left to import (the report names each file and why)", ErrRefused, im.sum.Refused, cfg.Dir)
+		return im.sum, fmt.Errorf("%w: %d unsafe files or cell directories of %s refused and no task attempt left to import (the report names each and why)", ErrRefused, im.sum.Refused, shown(cfg.Dir))
 	}
 	return im.sum, nil
 }
@@ -143,15 +147,32 @@ func (im *importer) rel(p string) string {
 	return filepath.Join(filepath.Base(filepath.Clean(im.cfg.Dir)), r)
 }
 
+// linkedCell is why a cell directory that is a symbolic link is refused.
+const linkedCell = "is a symbolic link, not a directory of the run: not followed, none of its tasks imported " +
+	"(a link could bring any directory of the machine into the run; copy the cell into the run directory to import it)"
+
+// refuseCell reports the cell directory p as refused for reason and counts
+// it in Summary.Refused: none of its files is read.
+func (im *importer) refuseCell(p, reason string) {
+	im.sum.Refused++
+	im.file(&FileReport{Path: im.rel(p), Refused: reason})
+}
+
 // cell reads one cell directory with the readers of its benchmark and
-// emits its events.
-func (im *importer) cell(dir string) error {
+// emits its events; a cell directory replaced since the scan is refused.
+func (im *importer) cell(cd cellDir) error {
+	dir := cd.path
 	name := filepath.Base(filepath.Clean(dir))
 	agent, evolver, bm, seed, _ := ParseCellName(name)
 	c := &cellState{dir: dir, id: name, bm: bm, agent: agent, evolver: evolver, seed: seed,
 		taskOrder: map[string]int{}, obsCycle: map[string]int32{}, obsTime: map[string]time.Time{},
 		obsInput: map[string]string{}, skillsAt: map[int]int{}, updateTime: map[string]time.Time{}}
-	fsys, err := openCell(dir, im.cfg.MaxFileBytes)
+	fsys, err := openCell(dir, cd.info, im.cfg.MaxFileBytes)
+	var re *RefusedError
+	if errors.As(err, &re) {
+		im.refuseCell(dir, re.Reason)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

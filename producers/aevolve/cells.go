@@ -31,23 +31,52 @@ func ParseCellName(name string) (agent, evolver, benchmark string, seed int32, o
 }
 
 // FindCells returns the cell directories under dir (dir itself if it is
-// one), sorted by path.
+// one), sorted by path. A cell directory that is a symbolic link is not
+// returned: the importer refuses it (see Import), since a link could bring
+// any directory of the machine into the run.
 func FindCells(dir string) ([]string, error) {
-	if _, _, _, _, ok := ParseCellName(filepath.Base(filepath.Clean(dir))); ok {
-		return []string{dir}, nil
+	cells, _, err := scanCells(dir)
+	paths := make([]string, len(cells))
+	for i, c := range cells {
+		paths[i] = c.path
 	}
-	var cells []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	return paths, err
+}
+
+// cellDir is a cell directory found under the run directory.
+type cellDir struct {
+	path string
+	// info is the directory as the scan saw it (not following links):
+	// openCell checks that the directory it opens is this one, so that a
+	// cell swapped for a link after the scan is refused too.
+	info fs.FileInfo
+}
+
+// scanCells returns the cell directories under dir (dir itself if it is
+// one), sorted by path, and, sorted too, the entries named like a cell
+// directory that are symbolic links (to a directory or not): those are
+// refused, not followed. Other links are not followed either (no loops).
+func scanCells(dir string) (cells []cellDir, links []string, err error) {
+	clean := filepath.Clean(dir)
+	if _, _, _, _, ok := ParseCellName(filepath.Base(clean)); ok {
+		st, err := os.Lstat(clean)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case st.Mode()&fs.ModeSymlink != 0:
+			return nil, []string{dir}, nil
+		case !st.IsDir():
+			return nil, nil, nil
+		}
+		return []cellDir{{path: dir, info: st}}, nil, nil
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
-			// A cell linked into the tree (runs gathered from several
-			// disks) is a cell; other links are not followed (no loops).
-			if st, err := os.Stat(p); err == nil && st.IsDir() {
-				if _, _, _, _, ok := ParseCellName(d.Name()); ok {
-					cells = append(cells, p)
-				}
+			if _, _, _, _, ok := ParseCellName(d.Name()); ok {
+				links = append(links, p)
 			}
 			return nil
 		}
@@ -58,11 +87,16 @@ func FindCells(dir string) ([]string, error) {
 			return fs.SkipDir
 		}
 		if _, _, _, _, ok := ParseCellName(d.Name()); ok {
-			cells = append(cells, p)
+			st, err := d.Info()
+			if err != nil {
+				return err
+			}
+			cells = append(cells, cellDir{path: p, info: st})
 			return fs.SkipDir
 		}
 		return nil
 	})
-	sort.Strings(cells)
-	return cells, err
+	sort.Slice(cells, func(i, j int) bool { return cells[i].path < cells[j].path })
+	sort.Strings(links)
+	return cells, links, err
 }

@@ -1,7 +1,6 @@
 package aevolve
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,33 +33,6 @@ func TestSkillEventsWithoutAnAttemptAreReported(t *testing.T) {
 	}
 	if want := "(skill events): read 0 rows, skipped 1 (no attempt row for task t9 attempt 1: 1)"; !strings.Contains(rep, want) {
 		t.Fatalf("report lacks %q:\n%s", want, rep)
-	}
-}
-
-// TestSymlinkedCellsAreFound: a cell directory linked into the campaign tree
-// is imported like the others; it used to be skipped without a word.
-func TestSymlinkedCellsAreFound(t *testing.T) {
-	base := t.TempDir()
-	real := filepath.Join(base, "store", "sonnet46_x_none_mcp_s1")
-	write(t, real, "summary.csv", "task_id,result,score,elapsed_s,output_len,detail\nm1,PASS,1,1,1,\n")
-	root := filepath.Join(base, "campaign")
-	write(t, filepath.Join(root, "sonnet46_x_none_mcp_s2"), "summary.csv", "task_id,result,score,elapsed_s,output_len,detail\nm1,PASS,1,1,1,\n")
-	if err := os.Symlink(real, filepath.Join(root, "sonnet46_x_none_mcp_s1")); err != nil {
-		t.Fatal(err)
-	}
-	// A link to a directory that is no cell is not followed.
-	if err := os.Symlink(base, filepath.Join(root, "loop")); err != nil {
-		t.Fatal(err)
-	}
-	cells, err := FindCells(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cells) != 2 || filepath.Base(cells[0]) != "sonnet46_x_none_mcp_s1" || filepath.Base(cells[1]) != "sonnet46_x_none_mcp_s2" {
-		t.Fatalf("cells %v, want the linked s1 and the plain s2", cells)
-	}
-	if _, sum, rep := importAll(t, Config{Dir: root}); len(sum.Cells) != 2 {
-		t.Fatalf("import: %d cells, want 2\n%s", len(sum.Cells), rep)
 	}
 }
 

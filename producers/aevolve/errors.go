@@ -23,9 +23,11 @@ var ErrRefused = errors.New("file refused")
 
 // RefusedError is a file of a run directory that the importer does not read
 // because reading it is unsafe: a link out of the cell directory, a device,
-// a FIFO or a socket, a file over Config.MaxFileBytes, a git workspace that
-// cannot be copied. The importer reports it, counts it in Summary.Refused
-// and goes on with the rest of the run directory.
+// a FIFO or a socket, a symbolic link, a file with more than one hard link,
+// a file over Config.MaxFileBytes, a git workspace that cannot be copied,
+// a cell directory that is a symbolic link. The importer reports it,
+// counts it in Summary.Refused and goes on with the rest of the run
+// directory.
 type RefusedError struct {
 	// Path is the file, relative to its cell directory.
 	Path string
@@ -33,7 +35,11 @@ type RefusedError struct {
 	Reason string
 }
 
-func (e *RefusedError) Error() string { return fmt.Sprintf("%s: refused: %s", e.Path, e.Reason) }
+// Error is "path: refused: reason", the path escaped when it holds
+// characters that are not printable (terminal escape codes).
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%s: refused: %s", shown(e.Path), shown(e.Reason))
+}
 
 // Unwrap returns ErrRefused.
 func (e *RefusedError) Unwrap() error { return ErrRefused }

@@ -65,7 +65,7 @@ type gitRepo struct {
 func (g *gitRepo) run(args ...string) (string, error) {
 	out, over, err := g.runCap(g.max, args...)
 	if err == nil && over {
-		err = fmt.Errorf("git %s: output over %d bytes", strings.Join(args, " "), g.max)
+		err = fmt.Errorf("git %s: output over %d bytes", shown(strings.Join(args, " ")), g.max)
 	}
 	return out, err
 }
@@ -91,7 +91,7 @@ func (g *gitRepo) runCap(max int, args ...string) (out string, over bool, err er
 		if ctx.Err() != nil && g.ctx.Err() == nil {
 			err = fmt.Errorf("%w (timed out after %s)", err, gitTimeout)
 		}
-		return "", false, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.b.String()))
+		return "", false, fmt.Errorf("git %s: %w: %s", shown(strings.Join(args, " ")), err, shown(strings.TrimSpace(errb.b.String())))
 	}
 	return stdout.b.String(), stdout.over, nil
 }
@@ -329,7 +329,7 @@ func copyFile(fsys *cellFS, rel, dst string, budget *int64) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("workspace copy of %s: %w", rel, err)
+		return fmt.Errorf("workspace copy of %s: %w", shown(rel), err)
 	}
 	*budget -= n
 	return nil

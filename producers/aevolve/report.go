@@ -2,8 +2,11 @@ package aevolve
 
 import (
 	"fmt"
+	"io"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // FileReport says what was read from one file.
@@ -29,12 +32,13 @@ func (f *FileReport) skip(reason string) {
 }
 
 // String is "path: read N rows, skipped M (reason: k, ...)", or
-// "path: refused: why" for a refused file.
+// "path: refused: why" for a refused file. The path and the reasons (which
+// may hold names read from the run directory) are escaped as shown does.
 func (f *FileReport) String() string {
 	if f.Refused != "" {
-		return fmt.Sprintf("%s: refused: %s", f.Path, f.Refused)
+		return fmt.Sprintf("%s: refused: %s", shown(f.Path), shown(f.Refused))
 	}
-	s := fmt.Sprintf("%s: read %d rows, skipped %d", f.Path, f.Read, f.Skipped)
+	s := fmt.Sprintf("%s: read %d rows, skipped %d", shown(f.Path), f.Read, f.Skipped)
 	if len(f.Reasons) > 0 {
 		keys := make([]string, 0, len(f.Reasons))
 		for k := range f.Reasons {
@@ -43,7 +47,7 @@ func (f *FileReport) String() string {
 		sort.Strings(keys)
 		parts := make([]string, len(keys))
 		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%s: %d", k, f.Reasons[k])
+			parts[i] = fmt.Sprintf("%s: %d", shown(k), f.Reasons[k])
 		}
 		s += " (" + strings.Join(parts, ", ") + ")"
 	}
@@ -63,6 +67,19 @@ type CellReport struct {
 	Tasks, Attempts, SkillEvents, Updates int
 }
 
+// String is the cell's line of an import summary: "cell: benchmark agent
+// A (model) evolver E (model) seed S: N tasks, ...", every name escaped as
+// shown does (cell ids are directory names of the run).
+func (c *CellReport) String() string {
+	evolver := c.Evolver
+	if evolver == "" {
+		evolver = "none"
+	}
+	return fmt.Sprintf("%s: %s agent %s (%s) evolver %s (%s) seed %d: %d tasks, %d attempts, %d skill events, %d updates, done %v",
+		shown(c.CellID), shown(c.Benchmark), shown(c.Agent), shown(c.AgentModelID), shown(evolver), shown(c.EvolverModelID),
+		c.Seed, c.Tasks, c.Attempts, c.SkillEvents, c.Updates, c.Done)
+}
+
 // Summary is what an import read and emitted.
 type Summary struct {
 	Campaign string
@@ -70,10 +87,49 @@ type Summary struct {
 	Files    []FileReport
 	// Events counts emitted events.
 	Events int
-	// Refused counts the files refused as unsafe to read (a link out of
-	// the cell, not a regular file, over Config.MaxFileBytes, a git
+	// Refused counts the files and cell directories refused as unsafe to
+	// read (a symbolic link, a file with more than one hard link, a path
+	// out of the cell, not a regular file, over Config.MaxFileBytes, a git
 	// workspace that cannot be copied); each has its line in Files.
 	Refused int
+}
+
+// WriteText writes the summary for a person: one line per cell
+// (CellReport.String) and "campaign C: produced N events from M cells",
+// then, when any was refused, how many files and cell directories were.
+// Names are escaped as shown does.
+func (s *Summary) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for i := range s.Cells {
+		b.WriteString(s.Cells[i].String())
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "campaign %s: produced %d events from %d cells\n", shown(s.Campaign), s.Events, len(s.Cells))
+	if s.Refused > 0 {
+		fmt.Fprintf(&b, "refused %d unsafe files or cell directories (the report on stderr names each and why)\n", s.Refused)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// shown is s as the importer prints it: unchanged when every character is
+// printable (letters, marks, numbers, punctuation, symbols and the ASCII
+// space), else quoted by strconv.Quote, so that a file or directory name
+// holding terminal escape codes ("\x1b[31m"), other control characters,
+// bidirectional overrides or invalid UTF-8 is printed escaped, never
+// written raw to a terminal or a log.
+func shown(s string) string {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(s[i:]); n <= 1 {
+				return strconv.Quote(s)
+			}
+		}
+		if !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // file records f in the summary and writes its line to the report.

@@ -7,17 +7,19 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
 // A run directory is untrusted input (it may come from anyone's machine):
 // every file of a cell is read through a cellFS, which confines opens to the
-// cell directory with os.Root (a symbolic link may point within the cell,
-// never out of it, and "..", absolute paths and links to /dev/zero are
-// refused by the kernel-level walk, not by string checks), reads only
-// regular files (a FIFO is opened non-blocking and refused, so the import
-// never waits on a writer that does not come), and reads at most
-// Config.MaxFileBytes of each. A refused file is a RefusedError: the
+// cell directory with os.Root ("..", absolute paths and links out of the
+// cell are refused by the kernel-level walk, not by string checks), reads
+// only regular files that are neither a symbolic link nor hard-linked (a
+// link's name in the cell says nothing of which file of the machine it is;
+// a FIFO is opened non-blocking and refused, so the import never waits on
+// a writer that does not come), and reads at most Config.MaxFileBytes of
+// each. A cell directory that is a symbolic link is refused whole. A refused file is a RefusedError: the
 // importer reports it, counts it in Summary.Refused and goes on.
 
 // cellFS reads one cell directory.
@@ -27,12 +29,23 @@ type cellFS struct {
 	max  int64  // byte cap of one file
 }
 
-// openCell opens dir for reading; a cell directory that is itself a link
-// (cells gathered from several disks) is followed once, here.
-func openCell(dir string, max int64) (*cellFS, error) {
+// openCell opens dir for reading. want is the directory as the scan found
+// it: a cell directory that is not that directory any more (replaced by a
+// symbolic link since the scan, say) is a *RefusedError; a link is never
+// followed to open a cell.
+func openCell(dir string, want fs.FileInfo, max int64) (*cellFS, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open cell directory %s: %w", dir, err)
+		return nil, fmt.Errorf("open cell directory %s: %w", shown(dir), err)
+	}
+	st, err := r.Stat(".")
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("stat cell directory %s: %w", shown(dir), err)
+	}
+	if want == nil || !os.SameFile(st, want) {
+		r.Close()
+		return nil, &RefusedError{Path: ".", Reason: "is not the directory the scan found (replaced by a symbolic link while the run was read?): not followed, none of its tasks imported"}
 	}
 	return &cellFS{root: r, dir: dir, max: max}, nil
 }
@@ -43,11 +56,24 @@ func (c *cellFS) close() error { return c.root.Close() }
 func (c *cellFS) path(rel string) string { return filepath.Join(c.dir, rel) }
 
 // openRegular opens rel, a regular file inside the cell, and returns it
-// with its size. A missing file is an fs.ErrNotExist error; a link out of
-// the cell, a device, a FIFO or a socket is a *RefusedError.
+// with its size. A missing file is an fs.ErrNotExist error; a symbolic
+// link (even to a file of the cell), a file with more than one hard link
+// (it may be any file of the machine: the link's name in the cell says
+// nothing of where it came from), a path out of the cell, a device, a FIFO
+// or a socket is a *RefusedError.
 func (c *cellFS) openRegular(rel string) (*os.File, int64, error) {
 	if !filepath.IsLocal(rel) {
 		return nil, 0, &RefusedError{Path: rel, Reason: "is not a path inside the cell directory"}
+	}
+	lst, err := c.root.Lstat(rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, 0, err
+		}
+		return nil, 0, &RefusedError{Path: rel, Reason: "cannot be opened inside the cell directory (a link out of it?): " + err.Error()}
+	}
+	if lst.Mode()&fs.ModeSymlink != 0 {
+		return nil, 0, &RefusedError{Path: rel, Reason: "is a symbolic link: not followed (copy the file it names into the cell to import it)"}
 	}
 	// O_NONBLOCK: opening a FIFO for reading returns at once instead of
 	// waiting for a writer; it changes nothing for a regular file.
@@ -61,13 +87,29 @@ func (c *cellFS) openRegular(rel string) (*os.File, int64, error) {
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, fmt.Errorf("stat %s: %w", rel, err)
+		return nil, 0, fmt.Errorf("stat %s: %w", shown(rel), err)
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
 		return nil, 0, &RefusedError{Path: rel, Reason: fmt.Sprintf("is not a regular file (%s)", kindOf(st.Mode()))}
 	}
+	if !os.SameFile(lst, st) {
+		f.Close()
+		return nil, 0, &RefusedError{Path: rel, Reason: "changed while it was opened (replaced by a symbolic link?): not read"}
+	}
+	if n := hardLinks(st); n > 1 {
+		f.Close()
+		return nil, 0, &RefusedError{Path: rel, Reason: fmt.Sprintf("has %d hard links: not read (a hard link may be any file of the machine; copy the file into the cell to import it)", n)}
+	}
 	return f, st.Size(), nil
+}
+
+// hardLinks is the link count of st (1 where the system does not say).
+func hardLinks(st fs.FileInfo) uint64 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return uint64(s.Nlink)
+	}
+	return 1
 }
 
 // kindOf names a non-regular file mode.
@@ -144,7 +186,7 @@ func (c *cellFS) readFile(rel string) ([]byte, error) {
 		if errors.As(err, &re) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("read %s: %w", rel, err)
+		return nil, fmt.Errorf("read %s: %w", shown(rel), err)
 	}
 	return data, nil
 }
@@ -193,6 +235,11 @@ func (im *importer) refuse(f *FileReport, err error) {
 	var re *RefusedError
 	if errors.As(err, &re) {
 		f.Refused = re.Reason
+		// A file refused while reading another's (an object of the
+		// workspace's git store) is named in the reason.
+		if !strings.HasSuffix(filepath.ToSlash(f.Path), re.Path) {
+			f.Refused = shown(re.Path) + " " + re.Reason
+		}
 		im.sum.Refused++
 		return
 	}

@@ -20,6 +20,11 @@ func (im *importer) readTrajectories(c *cellState) {
 	attShift, _ := strconv.Atoi(c.rep["_sb_attempt_shift"])
 	for _, e := range ents {
 		m := trajDir.FindStringSubmatch(e.Name())
+		if m != nil && e.Type()&fs.ModeSymlink != 0 {
+			im.sum.Refused++
+			im.file(&FileReport{Path: im.rel(c.fs.path(root + "/" + e.Name())), Refused: "is a symbolic link: not followed, its skill events not imported"})
+			continue
+		}
 		if m == nil || !e.IsDir() {
 			continue
 		}

@@ -26,7 +26,7 @@ func (im *importer) readWorkspace(c *cellState) error {
 	}
 	git, err := exec.LookPath(im.cfg.Git)
 	if err != nil {
-		return fmt.Errorf("%s: %w", ws, ErrNoGit)
+		return fmt.Errorf("%s: %w", shown(ws), ErrNoGit)
 	}
 	f := &FileReport{Path: im.rel(ws) + " (git tags)"}
 	defer im.file(f)
