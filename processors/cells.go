@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,10 +21,38 @@ type cells struct {
 	pending  pendingBuf
 	finished []*cellState // eviction queue, in finishing order
 	logClock time.Time
+	part     int // the partition number, for dead letters made without a message
 	// holds are admissible cell_finished events waiting out
 	// Config.FinishHold, in merge order.
 	holds []*pendItem
+	// projects is each project's use of the partition's state bounds
+	// (Config.MaxOpenCells, Config.MaxStateBytes); an entry goes when its
+	// project holds nothing.
+	projects map[string]*projUse
+	// idle lists the unfinished cells, least recently touched first
+	// (Config.CellIdle); idleTail is the most recent.
+	idle, idleTail *cellState
 }
+
+// projUse is one project's share of a partition's stage A state.
+type projUse struct {
+	name  string
+	open  int   // unfinished cells
+	bytes int64 // state bytes charged (stateCharge) by its cells
+	cells int   // cells held, finished ones included
+}
+
+// Charges of the state estimate behind Config.MaxStateBytes: a cell's fixed
+// cost in both stages (stage A's cellState and maps, stage B's cell and
+// pairer; BenchmarkCellAttack measures about 9 KiB of live heap per open
+// cell of a pairing key of its own, stage B's share of the evCache
+// included), and each admitted event's, on top of its encoded size (its
+// ids in stage A's sets, its attempt row, outcome and map slots in stage
+// B).
+const (
+	cellCharge  = 8192
+	eventCharge = 128
+)
 
 // cellKey identifies a cell: its project and its cell id. Two projects
 // that use the same cell id have two cells, whose events never meet.
@@ -57,6 +86,21 @@ type cellState struct {
 	holdID   string
 	holdDone bool
 
+	// proj is the cell's project's use; bytes is what the cell is charged
+	// of it, keep the part it keeps once finished (cellCharge and its
+	// updates).
+	proj        *projUse
+	bytes, keep int64
+	// lastLog and lastWall are when an event of the unfinished cell was
+	// last admitted (log clock, wall clock); prev and next link the cells
+	// list (cells.idle).
+	lastLog, lastWall time.Time
+	prev, next        *cellState
+	// startOff and startTime are the coordinates of the cell's cell_started
+	// on hf.cells (its aged-out dead letter's).
+	startOff  int64
+	startTime time.Time
+
 	startedID    string
 	finishedID   string
 	finished     bool
@@ -66,7 +110,8 @@ type cellState struct {
 }
 
 func newCells(cfg *Config, m *metrics) *cells {
-	return &cells{cfg: cfg, m: m, byID: map[cellKey]*cellState{}, pending: pendingBuf{byCell: map[cellKey][]*pendItem{}}}
+	return &cells{cfg: cfg, m: m, byID: map[cellKey]*cellState{}, projects: map[string]*projUse{},
+		pending: pendingBuf{byCell: map[cellKey][]*pendItem{}, byProject: map[string]*pendProject{}}}
 }
 
 // size is the number of cells held plus the pending events.
@@ -110,6 +155,7 @@ func (c *cells) process(m *inMsg, emit bool, out *sink, now time.Time) {
 	}
 	c.expire(func(p *pendItem) bool { return p.sinceLog.Add(c.cfg.PendingTimeout).Before(c.logClock) }, emit, out)
 	c.releaseHolds(func(p *pendItem) bool { return p.sinceLog.Add(c.cfg.FinishHold).Before(c.logClock) }, emit, out, now)
+	c.ageOut(emit, out, now)
 	c.evict(now)
 }
 
@@ -183,6 +229,7 @@ func (c *cells) tick(out *sink, now time.Time) {
 	c.releaseHolds(func(p *pendItem) bool {
 		return p.sinceWall.Add(c.cfg.FinishHold).Before(now) || p.sinceLog.Add(c.cfg.FinishHold).Before(now)
 	}, true, out, now)
+	c.ageOut(true, out, now)
 	c.evict(now)
 }
 
@@ -201,14 +248,24 @@ func (c *cells) deadLetter(m *inMsg, r *rejection, emit bool, out *sink) {
 	out.rejected++
 }
 
-func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink) {
-	switch m.ev.Type() {
+func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink, now time.Time) {
+	t := m.ev.Type()
+	switch t {
 	case schemas.TypeHarnessUpdate:
 		cs.ids[m.ev.Header().EventID] = struct{}{}
 	case schemas.TypeTaskAttempt:
 		if cs.attempts != nil {
 			cs.attempts[m.ev.Header().EventID] = struct{}{}
 		}
+	}
+	if !cs.finished && t != schemas.TypeCellFinished {
+		ch := stateCharge(m)
+		cs.bytes += ch
+		cs.proj.bytes += ch
+		if t == schemas.TypeHarnessUpdate {
+			cs.keep += ch
+		}
+		c.touch(cs, now)
 	}
 	if !emit {
 		return
@@ -232,6 +289,10 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		c.addPending(&pendItem{m: m, cell: id, sinceLog: m.ts, sinceWall: now}, emit, out)
 		return
 	}
+	if !cs.finished && m.ev.Type() != schemas.TypeCellFinished && cs.proj.bytes+stateCharge(m) > c.cfg.MaxStateBytes && !c.redelivered(cs, m) {
+		c.deadLetter(m, c.overBytes(cs.proj, m), emit, out)
+		return
+	}
 	switch ev := m.ev.(type) {
 	case *schemas.TaskAttempt:
 		c.attempt(cs, id, ev, m, emit, out, now)
@@ -240,7 +301,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 	case *schemas.CellFinished:
 		c.finish(cs, id, ev, m, emit, out, now)
 	default:
-		c.admit(cs, m, emit, out)
+		c.admit(cs, m, emit, out, now)
 	}
 }
 
@@ -258,16 +319,45 @@ func (c *cells) started(cs *cellState, id cellKey, st *schemas.CellStarted, m *i
 			"second cell_started %q (the cell is already started)", st.EventID), emit, out)
 		return
 	}
+	pu := c.projects[id.project]
+	if pu == nil {
+		pu = &projUse{name: id.project}
+		c.projects[id.project] = pu
+	}
+	var r *rejection
+	switch {
+	case pu.open >= c.cfg.MaxOpenCells:
+		r = reject(schemas.StageLimit, CodeOpenCellsCap,
+			"project %q already has %d unfinished cells on partition %d, the cap (--max-open-cells %d): finish or abandon cells (cell_finished) before starting more",
+			id.project, pu.open, m.partition, c.cfg.MaxOpenCells)
+	case pu.bytes+cellCharge+stateCharge(m) > c.cfg.MaxStateBytes:
+		r = c.overBytes(pu, m)
+	}
+	if r != nil {
+		c.dropProject(pu)
+		c.deadLetter(m, r, emit, out)
+		// What waited for this cell_started would wait in vain.
+		for _, p := range c.pending.take(id, "") {
+			c.deadLetter(p.m, r, emit || p.m.emit, out)
+		}
+		return
+	}
+	// No map is sized from the event: task_count and batch_size are
+	// producer input (a forged 2^31 would reserve megabytes per cell).
 	cs = &cellState{
 		id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
 		known:  map[string]struct{}{st.H0Version: {}},
 		hashes: map[string]struct{}{}, ids: map[string]struct{}{},
-		// Sized from the declared task count (capped: producer input).
-		attempts:  make(map[string]struct{}, min(max(st.TaskCount, 0), 4096)),
+		attempts:  map[string]struct{}{},
 		startedID: st.EventID,
+		proj:      pu, bytes: cellCharge, keep: cellCharge,
+		startOff: m.offset, startTime: m.ts,
 	}
+	pu.open++
+	pu.cells++
+	pu.bytes += cellCharge
 	c.byID[id] = cs
-	c.admit(cs, m, emit, out)
+	c.admit(cs, m, emit, out, now)
 	for _, p := range c.pending.take(id, "") {
 		c.semantic(p.m, emit || p.m.emit, out, now)
 	}
@@ -286,7 +376,7 @@ func (c *cells) attempt(cs *cellState, id cellKey, ev *schemas.TaskAttempt, m *i
 		c.addPending(&pendItem{m: m, cell: id, version: ev.HarnessVersion, sinceLog: m.ts, sinceWall: now}, emit, out)
 		return
 	}
-	c.admit(cs, m, emit, out)
+	c.admit(cs, m, emit, out, now)
 	if cs.heldFinish {
 		c.releaseFinish(id, emit, out, now)
 	}
@@ -327,7 +417,7 @@ func (c *cells) update(cs *cellState, id cellKey, ev *schemas.HarnessUpdate, m *
 			cs.hashes[artifactHash(&ev.Artifacts[i])] = struct{}{}
 		}
 	}
-	c.admit(cs, m, emit, out)
+	c.admit(cs, m, emit, out, now)
 	if ev.Accepted {
 		cs.known[ev.ToVersion] = struct{}{}
 		if !ev.RolledBack {
@@ -380,9 +470,14 @@ func (c *cells) finish(cs *cellState, id cellKey, ev *schemas.CellFinished, m *i
 		c.holds = append(c.holds, &pendItem{m: &cp, cell: id, sinceLog: c.logClock, sinceWall: now})
 		return
 	}
-	c.admit(cs, m, emit, out)
+	c.admit(cs, m, emit, out, now)
 	cs.finished, cs.finishedID, cs.finishedLog, cs.finishedWall = true, ev.EventID, m.ts, now
 	cs.attempts, cs.heldFinish = nil, false
+	// A finished cell keeps its fixed part and its updates until evicted.
+	c.unlink(cs)
+	cs.proj.open--
+	cs.proj.bytes -= cs.bytes - cs.keep
+	cs.bytes = cs.keep
 	c.finished = append(c.finished, cs)
 	for _, p := range c.pending.takeVersions(id) {
 		c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell finished"), emit || p.m.emit, out)
@@ -401,11 +496,111 @@ func (c *cells) addPending(p *pendItem, emit bool, out *sink) {
 	cp := *p.m
 	p.m = &cp
 	if c.pending.live >= c.cfg.PendingMax {
-		if old := c.pending.popOldest(); old != nil {
-			c.expired(old, "the pending buffer was full", emit || old.m.emit, out)
+		if old := c.pending.popFair(p.cell.project); old != nil {
+			c.expired(old, "the pending buffer was full (--pending-max "+strconv.Itoa(c.cfg.PendingMax)+
+				", shared by project: the project that holds the most waiting events loses its oldest)", emit || old.m.emit, out)
+			old.m = nil // it stays in the arrival queue until compacted
 		}
 	}
 	c.pending.add(p)
+}
+
+// redelivered reports that m is an update the cell already admitted (it is
+// skipped as a duplicate, not refused by the state cap).
+func (c *cells) redelivered(cs *cellState, m *inMsg) bool {
+	u, ok := m.ev.(*schemas.HarnessUpdate)
+	if !ok {
+		return false
+	}
+	_, dup := cs.ids[u.EventID]
+	return dup
+}
+
+// stateCharge is what admitting m charges its cell against
+// Config.MaxStateBytes.
+func stateCharge(m *inMsg) int64 { return int64(len(m.value)) + eventCharge }
+
+func (c *cells) overBytes(pu *projUse, m *inMsg) *rejection {
+	return reject(schemas.StageLimit, CodeStateBytesCap,
+		"project %q holds about %d bytes of state on partition %d and this %d-byte event would take it past the cap (--max-state-bytes %d): finish cells (cell_finished) to free their state",
+		pu.name, pu.bytes, m.partition, len(m.value), c.cfg.MaxStateBytes)
+}
+
+// dropProject forgets pu once its project holds no cell.
+func (c *cells) dropProject(pu *projUse) {
+	if pu.cells == 0 {
+		delete(c.projects, pu.name)
+	}
+}
+
+// touch notes that an event of the unfinished cell cs was admitted: it moves
+// cs to the end of the idle list.
+func (c *cells) touch(cs *cellState, now time.Time) {
+	cs.lastLog, cs.lastWall = c.logClock, now
+	if c.idleTail == cs {
+		return
+	}
+	c.unlink(cs)
+	cs.prev = c.idleTail
+	if c.idleTail != nil {
+		c.idleTail.next = cs
+	} else {
+		c.idle = cs
+	}
+	c.idleTail = cs
+}
+
+// unlink takes cs off the idle list (a no-op when it is not on it).
+func (c *cells) unlink(cs *cellState) {
+	if cs.prev != nil {
+		cs.prev.next = cs.next
+	} else if c.idle == cs {
+		c.idle = cs.next
+	}
+	if cs.next != nil {
+		cs.next.prev = cs.prev
+	} else if c.idleTail == cs {
+		c.idleTail = cs.prev
+	}
+	cs.prev, cs.next = nil, nil
+}
+
+// ageOut drops the unfinished cells that had no admitted event for
+// Config.CellIdle on either clock: each is a dead letter (limit/cell_idle,
+// at its cell_started's coordinates) and its attempts that wait for a
+// version are unknown_version. A cell whose finish is held is left to its
+// hold or pending timeout.
+func (c *cells) ageOut(emit bool, out *sink, now time.Time) {
+	for cs := c.idle; cs != nil; cs = c.idle {
+		if !cs.lastLog.Add(c.cfg.CellIdle).Before(c.logClock) && !cs.lastWall.Add(c.cfg.CellIdle).Before(now) {
+			return
+		}
+		if cs.heldFinish || cs.holdID != "" {
+			c.touch(cs, now)
+			continue
+		}
+		c.unlink(cs)
+		delete(c.byID, cs.id)
+		cs.evicted = true
+		pu := cs.proj
+		pu.open--
+		pu.cells--
+		pu.bytes -= cs.bytes
+		c.dropProject(pu)
+		for _, p := range c.pending.takeVersions(cs.id) {
+			c.deadLetter(p.m, unknownVersion(p.m.ev.(*schemas.TaskAttempt), "the cell aged out"), emit || p.m.emit, out)
+		}
+		if !emit {
+			continue
+		}
+		c.m.agedOutCells.Inc()
+		out.agedOut++
+		m := &inMsg{topic: schemas.TopicCells, partition: c.part, offset: cs.startOff, ts: cs.startTime,
+			ev: &schemas.CellStarted{Envelope: schemas.Envelope{EventID: cs.startedID, Project: cs.id.project}, CellID: cs.id.cell}}
+		c.deadLetter(m, reject(schemas.StageLimit, CodeCellIdle,
+			"the unfinished cell had no admitted event for %v (--cell-idle): its state was dropped, and its later events are unknown_cell; send cell_finished when a cell ends",
+			c.cfg.CellIdle), true, out)
+	}
 }
 
 // expire dead-letters pending events, oldest first, while due says so.
@@ -448,6 +643,9 @@ func (c *cells) evict(now time.Time) {
 			break
 		}
 		delete(c.byID, cs.id)
+		cs.proj.bytes -= cs.bytes
+		cs.proj.cells--
+		c.dropProject(cs.proj)
 		n++
 	}
 	if n > 0 {
@@ -469,23 +667,97 @@ type pendItem struct {
 }
 
 // pendingBuf keeps pending events in arrival order (for timeouts and the
-// bound) and by cell (for release).
+// bound), by cell (for release) and by project (for a fair share of the
+// bound, popFair).
 type pendingBuf struct {
-	queue  []*pendItem
-	byCell map[cellKey][]*pendItem
-	live   int
+	queue     []*pendItem
+	byCell    map[cellKey][]*pendItem
+	byProject map[string]*pendProject
+	live      int
 	// added and addedVersion count every item ever added (all, and those
 	// waiting for a version), for tests and logs.
 	added, addedVersion int
 }
 
+// pendProject is one project's pending events in arrival order (resolved
+// ones are skipped, and compacted away) and how many are live.
+type pendProject struct {
+	queue []*pendItem
+	live  int
+}
+
 func (b *pendingBuf) add(p *pendItem) {
+	if len(b.queue) > 2*b.live+64 {
+		b.queue = compactPending(b.queue)
+	}
 	b.queue = append(b.queue, p)
 	b.byCell[p.cell] = append(b.byCell[p.cell], p)
+	pp := b.byProject[p.cell.project]
+	if pp == nil {
+		pp = &pendProject{}
+		b.byProject[p.cell.project] = pp
+	} else if len(pp.queue) > 2*pp.live+64 {
+		pp.queue = compactPending(pp.queue)
+	}
+	pp.queue = append(pp.queue, p)
+	pp.live++
 	b.live++
 	b.added++
 	if p.version != "" {
 		b.addedVersion++
+	}
+}
+
+// compactPending drops the resolved items of q, in place, keeping the order.
+func compactPending(q []*pendItem) []*pendItem {
+	kept := q[:0]
+	for _, p := range q {
+		if p != nil && !p.done {
+			kept = append(kept, p)
+		}
+	}
+	clear(q[len(kept):])
+	return kept
+}
+
+// popFair resolves and returns the item to evict from a full buffer for a
+// new item of project: the oldest of the project that holds the most live
+// items, counting the new one (so a project that floods the buffer evicts
+// its own, and one that holds fewer than another never loses an item to
+// it); the oldest of all when that project holds none.
+func (b *pendingBuf) popFair(project string) *pendItem {
+	victim, most := project, 1
+	if pp := b.byProject[project]; pp != nil {
+		most += pp.live
+	}
+	for name, pp := range b.byProject {
+		if pp.live > most {
+			victim, most = name, pp.live
+		}
+	}
+	pp := b.byProject[victim]
+	if pp == nil || pp.live == 0 {
+		return b.popOldest()
+	}
+	for i, p := range pp.queue {
+		if !p.done {
+			clear(pp.queue[:i+1])
+			pp.queue = pp.queue[i+1:]
+			b.resolve(p)
+			return p
+		}
+	}
+	return b.popOldest()
+}
+
+// unproject counts one item of p's project resolved.
+func (b *pendingBuf) unproject(p *pendItem) {
+	pp := b.byProject[p.cell.project]
+	if pp == nil {
+		return
+	}
+	if pp.live--; pp.live <= 0 {
+		delete(b.byProject, p.cell.project)
 	}
 }
 
@@ -517,6 +789,7 @@ func (b *pendingBuf) popOldest() *pendItem {
 func (b *pendingBuf) resolve(p *pendItem) {
 	p.done = true
 	b.live--
+	b.unproject(p)
 	list := b.byCell[p.cell]
 	for i, q := range list {
 		if q == p {
@@ -551,6 +824,7 @@ func (b *pendingBuf) takeIf(cell cellKey, match func(*pendItem) bool) []*pendIte
 		if match(p) {
 			p.done = true
 			b.live--
+			b.unproject(p)
 			out = append(out, p)
 		} else {
 			kept = append(kept, p)

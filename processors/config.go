@@ -17,6 +17,18 @@ import (
 // well under the 2s goal (bench/README.md).
 const DefaultMergeIdle = 500 * time.Millisecond
 
+// Defaults of the per-project state bounds (Config.MaxOpenCells,
+// Config.MaxStateBytes, Config.CellIdle) and of their `harnessflow process`
+// flags. A legitimate campaign keeps a few hundred cells open on a
+// partition at most; 64 MiB holds about 100 000 admitted attempts of 512
+// bytes each in open cells; an agent that sends nothing about a cell for six
+// hours is no longer running it.
+const (
+	DefaultMaxOpenCells  = 1000
+	DefaultMaxStateBytes = 64 << 20
+	DefaultCellIdle      = 6 * time.Hour
+)
+
 // Config configures a Processor. Zero fields take the default named in their
 // comment (setDefaults); Validate reports every remaining problem at once.
 type Config struct {
@@ -27,7 +39,10 @@ type Config struct {
 	Group string
 	// PendingMax caps the events, per assigned partition, that wait for their
 	// cell_started (or for the update that introduces their harness
-	// version); when full, the oldest is dead-lettered. Default: 10000.
+	// version). It is shared fairly by project: when full, the oldest
+	// waiting event of the project that holds the most is dead-lettered
+	// (unknown_cell or unknown_version), so one project's flood evicts only
+	// its own events while another project holds fewer. Default: 10000.
 	PendingMax int
 	// PendingTimeout is how long such an event waits, measured on the
 	// partition's log clock (the largest message timestamp merged so far)
@@ -37,6 +52,30 @@ type Config struct {
 	// B) this long after it finished, on the log clock and the wall clock
 	// alike, then evicts it. Default: 10m.
 	Grace time.Duration
+	// MaxOpenCells caps the unfinished cells one project may hold on one
+	// assigned partition (stage A; the raw cell topics have 6 partitions by
+	// default, infra/kafkatopics). A cell_started past it is dead-lettered
+	// (stage limit, open_cells_cap) and the events that waited for it with
+	// it; a finished or aged-out cell frees its place. Default:
+	// DefaultMaxOpenCells (1000).
+	MaxOpenCells int
+	// MaxStateBytes caps the state bytes one project may hold on one
+	// assigned partition: an estimate of what the admitted events of its
+	// cells cost in both stages (each event's encoded size plus a fixed
+	// overhead, a cell's fixed maps; a finished cell keeps its fixed part and
+	// its updates until it is evicted). An event that would take its project
+	// past it is dead-lettered (stage limit, state_bytes_cap); a
+	// cell_finished never is. Default: DefaultMaxStateBytes (64 MiB).
+	MaxStateBytes int64
+	// CellIdle is how long an unfinished cell may go without an admitted
+	// event, on the partition's log clock or on the wall clock, whichever
+	// passes first, before it ages out: stage A drops its state and
+	// dead-letters it (stage limit, cell_idle, at its cell_started's
+	// coordinates), and stage B drops a pairing key whose pairer saw no
+	// event for as long. Later events of the cell are unknown_cell. Aged-out
+	// cells are counted (hf_process_aged_out_cells_total) and logged once
+	// per batch. Default: DefaultCellIdle (6h).
+	CellIdle time.Duration
 	// DLQPayloadCap caps the payload copied into a dead letter. Default: 64 KiB.
 	DLQPayloadCap int
 	// Limits are the size caps of schemas.Validate; Limits.Event also caps
@@ -125,6 +164,15 @@ func (c *Config) setDefaults() {
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Minute
 	}
+	if c.MaxOpenCells == 0 {
+		c.MaxOpenCells = DefaultMaxOpenCells
+	}
+	if c.MaxStateBytes == 0 {
+		c.MaxStateBytes = DefaultMaxStateBytes
+	}
+	if c.CellIdle == 0 {
+		c.CellIdle = DefaultCellIdle
+	}
 	if c.DLQPayloadCap == 0 {
 		c.DLQPayloadCap = 64 << 10
 	}
@@ -197,6 +245,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Grace < 0 {
 		bad("grace %v < 0", c.Grace)
+	}
+	if c.MaxOpenCells < 1 {
+		bad("max open cells %d < 1 (--max-open-cells)", c.MaxOpenCells)
+	}
+	if c.MaxStateBytes < 1 {
+		bad("max state bytes %d < 1 (--max-state-bytes)", c.MaxStateBytes)
+	}
+	if c.CellIdle < 0 {
+		bad("cell idle %v < 0 (--cell-idle)", c.CellIdle)
 	}
 	if c.DLQPayloadCap < 0 {
 		bad("dlq payload cap %d < 0", c.DLQPayloadCap)

@@ -198,7 +198,11 @@ func TestBadInputCorpus(t *testing.T) {
 		if match.Message == "" || (b.msgHas != "" && !strings.Contains(match.Message, b.msgHas)) {
 			t.Errorf("%s: message %q, want it to contain %q", b.name, match.Message, b.msgHas)
 		}
-		if match.EventID != schemas.DeriveEventID(match) {
+		wantID := deadLetterID(match.Project, match.SourceTopic, int(match.Partition), match.Offset)
+		if wantID == "" {
+			wantID = schemas.DeriveEventID(match)
+		}
+		if match.EventID != wantID {
 			t.Errorf("%s: event id %q is not derived", b.name, match.EventID)
 		}
 	}

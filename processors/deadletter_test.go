@@ -120,6 +120,36 @@ func TestDeadLetterNamesEntityForEveryCode(t *testing.T) {
 	l.b.process(om, true, &out, now)
 	checkDeadLetter(t, CodeScoreRejected, out.msgs, "cell c-3 (campaign k): ")
 
+	// The state bounds (stage limit), each on a processor state of its own
+	// with a small cap.
+	bounded := func(cfg Config) (*local, func(topic string, b []byte, at time.Time) []kafka.Message) {
+		cfg.PendingTimeout = time.Minute
+		bl := newLocal(t, cfg)
+		return bl, func(topic string, b []byte, at time.Time) []kafka.Message {
+			var d []kafka.Message
+			bl.feed(topic, kafka.Message{Key: []byte("c-3"), Value: b, Time: at}, now, &d)
+			return d
+		}
+	}
+	seen[CodeOpenCellsCap] = true
+	_, bfeed := bounded(Config{MaxOpenCells: 1})
+	bfeed(schemas.TopicCells, enc(started("start")), t0)
+	second := started("start-4")
+	second.CellID = "c-4"
+	checkDeadLetter(t, CodeOpenCellsCap, bfeed(schemas.TopicCells, enc(second), t0), "cell c-4 (campaign k): ")
+
+	seen[CodeStateBytesCap] = true
+	_, bfeed = bounded(Config{MaxStateBytes: cellCharge + eventCharge + int64(len(enc(started("start"))))})
+	bfeed(schemas.TopicCells, enc(started("start")), t0)
+	checkDeadLetter(t, CodeStateBytesCap, bfeed(schemas.TopicAttempts, enc(attempt("t-sb", "h0")), t0), "task t-sb attempt 2"+cell)
+
+	seen[CodeCellIdle] = true
+	bl, bfeed := bounded(Config{CellIdle: time.Hour})
+	bfeed(schemas.TopicCells, enc(started("start")), t0)
+	out = sink{}
+	bl.a.tick(&out, now.Add(2*time.Hour))
+	checkDeadLetter(t, CodeCellIdle, out.msgs, "cell c-3: ")
+
 	src, err := os.ReadFile("errors.go")
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +168,7 @@ func codeOf(name string) string {
 		"CodeContentHashMismatch": CodeContentHashMismatch, "CodeUnknownCell": CodeUnknownCell, "CodeVersionChain": CodeVersionChain,
 		"CodeDuplicateContent": CodeDuplicateContent, "CodeNoEvidence": CodeNoEvidence, "CodeUnknownVersion": CodeUnknownVersion,
 		"CodeDuplicateCell": CodeDuplicateCell, "CodeScoreRejected": CodeScoreRejected, "CodePayloadTooLarge": CodePayloadTooLarge,
+		"CodeOpenCellsCap": CodeOpenCellsCap, "CodeStateBytesCap": CodeStateBytesCap, "CodeCellIdle": CodeCellIdle,
 	}[name]
 }
 

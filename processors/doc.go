@@ -69,13 +69,21 @@
 // is at its end.
 //
 // Validation, in stages, each rejection a schemas.Rejected in hf.dlq (key:
-// source topic; event_id: schemas.DeriveEventID over source topic,
-// partition and offset; event_time: the message timestamp; payload capped at
+// source topic; event_id: derived from the project (where the event
+// decoded; none for schemas.DefaultProject, whose ids are those of earlier
+// versions), source topic, partition and offset (deadLetterID), so one
+// project's dead letter never has another's id; event_time: the message timestamp; payload capped at
 // Config.DLQPayloadCap; message: why, after the entity the input is about,
 // from the event or the payload's readable prefix, "update u-17 (cell c-3):
 // from_version ..." (schemas.NewRejected)):
 //
-//   - limit: the message is over Limits.Event (payload_too_large);
+//   - limit: the message is over Limits.Event (payload_too_large); a
+//     cell_started past its project's Config.MaxOpenCells unfinished cells
+//     on the partition (open_cells_cap, and the events that waited for it);
+//     an event that would take its project's state on the partition past
+//     Config.MaxStateBytes (state_bytes_cap; never a cell_finished); an
+//     unfinished cell with no admitted event for Config.CellIdle
+//     (cell_idle, see below);
 //   - decode: schemas.Decode fails (malformed, unknown_fingerprint,
 //     unknown_type);
 //   - syntax: the type belongs on another topic (wrong_topic); schemas.Validate
@@ -112,8 +120,10 @@
 // record of its own, unframed, as before batching. Stage B reads both.
 //
 // Pending events (before their cell_started, or before the update that
-// introduces their version) are bounded per partition by Config.PendingMax
-// (the oldest is dead-lettered when full) and by Config.PendingTimeout,
+// introduces their version) are bounded per partition by Config.PendingMax,
+// shared fairly by project (when full, the oldest event of the project that
+// holds the most waiting events is dead-lettered: one project's flood
+// evicts only its own events), and by Config.PendingTimeout,
 // measured on the partition's log clock (largest message timestamp merged)
 // and, while the partition is idle, on the wall clock. The log clock makes
 // the outcome a function of the log; the wall clock ends waits at the head
@@ -190,6 +200,23 @@
 // whichever passes first, so memory stays flat on an endless stream; a
 // rebuild re-reads finished cells and evicts them as it passes. A late event
 // for an evicted cell is dead-lettered as unknown_cell.
+//
+// State is bounded by design, not by numbers a client sends: no map or
+// slice is sized from an event's field (task_count, batch_size); per
+// project and partition, stage A holds at most Config.MaxOpenCells
+// unfinished cells and Config.MaxStateBytes of state (an estimate: each
+// admitted event's encoded size plus 128 bytes, 8 KiB per cell for its
+// fixed maps in both stages; a finished cell keeps its fixed part and its
+// updates until evicted), dead-lettering what goes past either (stage
+// limit). An unfinished cell with no admitted event for Config.CellIdle, on
+// the log clock or the wall clock, ages out: stage A drops it with a
+// limit/cell_idle dead letter at its cell_started's coordinates, stage B
+// drops a pairing key whose pairer saw no event for as long (checked every
+// sixteenth of CellIdle of log time, and on idle ticks); both are counted
+// (hf_process_aged_out_cells_total, hf_process_aged_out_pairers_total) and
+// logged once per batch. A rebuild from the log applies the same bounds, so
+// a restart holds the bounded state again (BenchmarkCellAttack measures it
+// under issue 35's attack).
 //
 // # Replay: a new output generation
 //

@@ -65,6 +65,17 @@ const (
 
 	// CodePayloadTooLarge (limit): the message is larger than Limits.Event.
 	CodePayloadTooLarge = "payload_too_large"
+	// CodeOpenCellsCap (limit): a cell_started would give its project more
+	// than Config.MaxOpenCells unfinished cells on the partition (and the
+	// events that waited for that cell_started).
+	CodeOpenCellsCap = "open_cells_cap"
+	// CodeStateBytesCap (limit): admitting the event would take its
+	// project's state on the partition past Config.MaxStateBytes.
+	CodeStateBytesCap = "state_bytes_cap"
+	// CodeCellIdle (limit): an unfinished cell had no admitted event for
+	// Config.CellIdle and its state was dropped (the dead letter has the
+	// coordinates of its cell_started and no payload).
+	CodeCellIdle = "cell_idle"
 )
 
 // rejection is the reason an input was dead-lettered. Its message does not

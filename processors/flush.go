@@ -132,6 +132,10 @@ func (w *partWork) flush(ctx context.Context, out *sink, processed int, commit m
 			}
 		}
 	}
+	if out.agedOut > 0 {
+		p.log.Warn().Str("stage", w.stage).Int("partition", w.part).Int("aged_out", out.agedOut).Dur("cell_idle", cfg.CellIdle).
+			Msg("unfinished cells aged out after --cell-idle without an event; their state was dropped (stage A dead-letters each as limit/cell_idle)")
+	}
 	if processed > 0 || len(out.msgs) > 0 {
 		p.log.Debug().Str("stage", w.stage).Int("partition", w.part).Int("in", processed).
 			Int("outcomes", out.outcomes).Int("rejected", out.rejected).Int("samples", out.samples).

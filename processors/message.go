@@ -2,6 +2,7 @@ package processors
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -67,6 +68,9 @@ type sink struct {
 	admitted []evEntry
 	// counts by output kind, for metrics and logs.
 	outcomes, rejected, samples, rounds int
+	// agedOut counts the cells and pairers aged out (Config.CellIdle),
+	// logged once per batch.
+	agedOut int
 	// open indexes opens by pairing key: the hf.outcomes record each key is
 	// filling in this batch (addOutcome).
 	open  map[string]int
@@ -90,7 +94,7 @@ func (s *sink) reset() {
 		}
 		s.perRecord = n / len(s.opens)
 	}
-	s.outcomes, s.rejected, s.samples, s.rounds = 0, 0, 0, 0
+	s.outcomes, s.rejected, s.samples, s.rounds, s.agedOut = 0, 0, 0, 0, 0
 	clear(s.open)
 	s.opens = s.opens[:0]
 }
@@ -99,19 +103,25 @@ func (s *sink) reset() {
 const deadLetterSource = "harnessflow-process"
 
 // deadLetter builds the dead letter of m: a schemas.Rejected whose event_id
-// is derived from its content (source coordinates included), so a replay or a
-// redelivery yields the same id, and whose event_time is the message's
-// timestamp (never the wall clock).
+// is derived from its project and source coordinates (deadLetterID), so a
+// replay or a redelivery yields the same id and no other project's id can
+// equal it, and whose event_time is the message's timestamp (never the wall
+// clock).
 func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 	o := schemas.Origin{Topic: m.topic, Partition: int32(m.partition), Offset: m.offset, Time: m.ts, Payload: m.value}
 	if m.ev != nil {
-		o.Project = m.ev.Header().Project
 		o.Event = m.ev
 	}
 	if r.ev != nil {
 		o.Event = r.ev
 	}
+	if o.Event != nil {
+		o.Project = o.Event.Header().Project
+	}
 	rec := schemas.NewRejected(deadLetterSource, r.stage, r.code, r.msg, o, payloadCap)
+	if id := deadLetterID(o.Project, m.topic, m.partition, m.offset); id != "" {
+		rec.EventID = id
+	}
 	// The message's timestamp even when it is zero (NewRejected would take
 	// the wall clock). The id does not hash the time.
 	rec.EventTime = m.ts.UTC()
@@ -124,6 +134,34 @@ func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 		return kafka.Message{}, err
 	}
 	return kafka.Message{Topic: schemas.TopicDLQ, Key: []byte(rec.PartitionKey()), Value: b, Time: m.ts}, nil
+}
+
+// deadLetterID is the event_id of a dead letter of project at the source
+// coordinates: the hex of the first 16 bytes of SHA-256 over the
+// length-prefixed parts "rejected", project, topic, partition, offset, the
+// layout of schemas.DeriveEventID for a project-scoped type. "" for no
+// project and for schemas.DefaultProject: the dead letter keeps the id
+// NewRejected derives from the coordinates alone, the id earlier versions
+// gave it (a replay of a single-project deployment adds no duplicate rows),
+// which differs from every project's (the parts are length-prefixed).
+// Deterministic: a redelivery or replay gets the same id.
+func deadLetterID(project, topic string, partition int, offset int64) string {
+	if project == "" || project == schemas.DefaultProject {
+		return ""
+	}
+	var buf [256]byte
+	b := appendIDPart(buf[:0], string(schemas.TypeRejected))
+	b = appendIDPart(b, project)
+	b = appendIDPart(b, topic)
+	b = appendIDPart(b, strconv.Itoa(partition))
+	b = appendIDPart(b, strconv.FormatInt(offset, 10))
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
+}
+
+func appendIDPart(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // subID is the dead-letter id of the sub-th event (sub > 0) of a batched

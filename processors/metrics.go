@@ -18,6 +18,8 @@ type metrics struct {
 	commitLag     *prometheus.GaugeVec // by group, topic, partition
 	evictedCells  prometheus.Counter
 	evictedPairs  prometheus.Counter
+	agedOutCells  prometheus.Counter
+	agedOutPairs  prometheus.Counter
 	encodeErrors  prometheus.Counter
 	droppedOrphan prometheus.Counter
 	rebuilds      *prometheus.CounterVec // by stage
@@ -53,6 +55,10 @@ func newMetrics() *metrics {
 			Help: "Finished cells evicted from stage A after the grace period."}),
 		evictedPairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_evicted_pairers_total",
 			Help: "Done pairers evicted from stage B after the grace period."}),
+		agedOutCells: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_aged_out_cells_total",
+			Help: "Unfinished cells dropped by stage A after Config.CellIdle (--cell-idle) without an admitted event (each also a limit/cell_idle dead letter)."}),
+		agedOutPairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_aged_out_pairers_total",
+			Help: "Pairers with unfinished cells dropped by stage B after Config.CellIdle (--cell-idle) without an event."}),
 		encodeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_encode_errors_total",
 			Help: "Derived events that could not be encoded (a bug)."}),
 		droppedOrphan: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_orphans_dropped_total",
@@ -72,7 +78,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.eventsIn, m.admitted, m.rejectedBy, m.duplicates, m.samples,
-		m.roundMetrics, m.pending, m.stateCells, m.statePairers, m.commitLag, m.evictedCells, m.evictedPairs,
+		m.roundMetrics, m.pending, m.stateCells, m.statePairers, m.commitLag, m.evictedCells, m.evictedPairs, m.agedOutCells, m.agedOutPairs,
 		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs, m.fetchGaveUp} {
 		if err := r.Register(c); err != nil {
 			return err

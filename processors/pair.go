@@ -22,6 +22,8 @@ type pairs struct {
 	done     []*pairState // eviction queue, in the order pairers became done
 	logClock time.Time
 	buffered int
+	// agedAt is the log clock at the last ageOut pass from process.
+	agedAt time.Time
 }
 
 // pairState is one pairing key's Pairer with what the runtime adds: the
@@ -73,6 +75,12 @@ func (s *pairs) params(ps *pairState) score.Params {
 func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 	if m.ts.After(s.logClock) {
 		s.logClock = m.ts
+	}
+	if s.logClock.Sub(s.agedAt) > s.cfg.CellIdle/16 {
+		// On the log clock, a pass per sixteenth of CellIdle: a busy
+		// partition never ticks.
+		s.agedAt = s.logClock
+		s.ageOut(emit, out, now)
 	}
 	defer s.evict(now)
 	if m.rej != nil {
@@ -213,9 +221,33 @@ func (s *pairs) evict(now time.Time) {
 	}
 }
 
+// ageOut drops the pairing keys that hold unfinished cells and saw no event
+// for Config.CellIdle, on either clock (stage A ages such cells out, and
+// their finish never comes). Counted, and logged once per batch.
+func (s *pairs) ageOut(emit bool, out *sink, now time.Time) {
+	for k, ps := range s.byKey {
+		if !ps.hadCell || ps.p.Done() {
+			continue
+		}
+		if !ps.touchLog.Add(s.cfg.CellIdle).Before(s.logClock) && !ps.touchWall.Add(s.cfg.CellIdle).Before(now) {
+			continue
+		}
+		for _, b := range ps.buf {
+			s.buffered -= len(b)
+		}
+		delete(s.byKey, k)
+		if emit {
+			s.m.agedOutPairs.Inc()
+			out.agedOut++
+		}
+	}
+}
+
 // sweep drops keys that never saw a cell_started (only orphaned events) and
-// were idle for the grace period, on either clock.
-func (s *pairs) sweep(now time.Time) {
+// were idle for the grace period, on either clock, and ages out idle keys
+// (ageOut).
+func (s *pairs) sweep(out *sink, now time.Time) {
+	s.ageOut(true, out, now)
 	for k, ps := range s.byKey {
 		if !ps.hadCell && s.expiredOn(ps.touchLog, ps.touchWall, now) {
 			for _, b := range ps.buf {

@@ -109,7 +109,7 @@ func (w *partWork) newStage() stageHooks {
 	p, cfg := w.p, &w.p.cfg
 	if w.stage == stageA {
 		c := newCells(cfg, p.m)
-		c.log = p.log
+		c.log, c.part = p.log, w.part
 		st := stageHooks{process: c.process, tick: c.tick}
 		st.size = func() partSize { return partSize{cells: len(c.byID), pending: c.pending.live} }
 		w.commitCap = c.commitFrom
@@ -124,7 +124,7 @@ func (w *partWork) newStage() stageHooks {
 	s := newPairs(cfg, p.m, p.camps)
 	s.log = p.log
 	st := stageHooks{process: s.process}
-	st.tick = func(_ *sink, now time.Time) { s.sweep(now) }
+	st.tick = s.sweep
 	st.size = func() partSize { return partSize{pairers: s.size()} }
 	return st
 }

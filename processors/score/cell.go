@@ -151,8 +151,14 @@ func (c *cell) round(cycle int32) *round {
 	}
 	r := c.rounds[cycle]
 	if r == nil {
-		hint := int(min(max(c.info.BatchSize, 0), 4096))
-		r = &round{cycle: cycle, outcomes: make(map[string]*outcome, hint), order: make([]string, 0, hint), attempts: make([]*attemptRec, 0, hint)}
+		// Sized from the previous round's events that actually arrived,
+		// never from batch_size (producer input: a forged 2^31 reserved
+		// megabytes per round).
+		var outs, atts int
+		if c.last != nil {
+			outs, atts = len(c.last.order), len(c.last.attempts)
+		}
+		r = &round{cycle: cycle, outcomes: make(map[string]*outcome, outs), order: make([]string, 0, outs), attempts: make([]*attemptRec, 0, atts)}
 		c.rounds[cycle] = r
 	}
 	c.last = r

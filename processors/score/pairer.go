@@ -212,18 +212,18 @@ func (p *Pairer) start(e *schemas.CellStarted) error {
 		}
 		p.base = &baseline{cellID: e.CellID, scores: map[string]float64{}}
 	}
-	// Size the per-task maps from the declared task count (capped: it is
-	// producer input).
-	hint := int(min(max(e.TaskCount, 0), 4096))
+	// No map is sized from the event: task_count is producer input (a
+	// forged 2^31 reserved megabytes per cell); the maps grow with what
+	// actually arrives.
 	c := &cell{
 		info:      e,
 		kind:      kind,
-		seen:      make(map[string]struct{}, 2*hint),
+		seen:      map[string]struct{}{},
 		handled:   math.MinInt64,
 		tip:       e.H0Version,
 		chain:     map[string]int32{e.H0Version: 0},
 		rounds:    map[int32]*round{},
-		byAttempt: make(map[akey]*attemptRec, hint),
+		byAttempt: map[akey]*attemptRec{},
 		orphans:   map[akey][]schemas.Event{},
 		updateIDs: map[string]struct{}{},
 		maxTime:   e.EventTime,
