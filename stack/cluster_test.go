@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/harnessflow/harnessflow/infra/chddl"
@@ -236,9 +237,15 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	// table; restarted from its checkpoint, it forgets the steps after it
 	// on both replicas of their shard.
 	ckDir := t.TempDir()
+	// The trainer's log (warnings up) and its metrics are what a wait on it
+	// reports when it gives up.
+	var trainerLog testenv.SyncBuffer
+	var trainerReg *prometheus.Registry
 	train := func() func() {
+		trainerReg = prometheus.NewRegistry()
 		tr, err := trainer.New(trainer.Config{Brokers: brokers, ClickHouse: s2r1.Addr() + "," + s2r2.Addr(), Database: db,
-			Cluster: cl.Name(), CheckpointDir: ckDir, Device: "cpu", Listen: "off"}, trainer.WithLogger(zerolog.Nop()))
+			Cluster: cl.Name(), CheckpointDir: ckDir, Device: "cpu", Listen: "off"},
+			trainer.WithLogger(zerolog.New(&trainerLog).Level(zerolog.WarnLevel)), trainer.WithRegisterer(trainerReg))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,20 +255,25 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	steps := func(nd *chcluster.Node, from string) string {
 		return httpQuery(ctx, t, nd.HTTPAddr(), db, "SELECT count() FROM "+from+" FINAL WHERE trainer = 'hf-trainer'").Rows[0][0]
 	}
-	testenv.Eventually(t, 2*time.Minute, "trainer_steps rows through the cluster", func() bool { return steps(s1r2, "trainer_steps") != "0" })
+	testenv.WhileProgressing(t, time.Minute, 5*time.Minute, "trainer_steps rows through the cluster", func() (bool, string) {
+		n := steps(s1r2, "trainer_steps")
+		return n != "0", fmt.Sprintf("%s trainer_steps rows; trainer %s; its warnings: %q", n, metricValues(t, trainerReg,
+			"hf_trainer_step", "hf_trainer_samples_trained_total", "hf_trainer_invalid_samples_total", "hf_trainer_commit_lag"), trainerLog.String())
+	})
 	stopTrainer() // writes its final checkpoint
 	real := steps(s1r2, "trainer_steps")
 	httpQuery(ctx, t, s1r1.HTTPAddr(), db, "INSERT INTO trainer_steps (trainer, step, written_at) SELECT 'hf-trainer', 1000000 + number, now() FROM numbers(3)")
-	// Read back through another node: the replica it asks may take a
-	// moment to fetch the rows from the one that stored them.
-	var before string
-	testenv.Eventually(t, 30*time.Second, "the inserted steps through another node", func() bool {
-		before = steps(s1r2, "trainer_steps")
-		return before != real
-	})
+	// Read back through another node once every replica has fetched what
+	// its shard holds.
+	for _, nd := range cl.Nodes() {
+		httpQuery(ctx, t, nd.HTTPAddr(), db, "SYSTEM SYNC REPLICA "+chddl.QuoteIdent(db)+".trainer_steps"+chddl.LocalSuffix)
+	}
+	before := steps(s1r2, "trainer_steps")
 	stopTrainer = train()
 	defer stopTrainer()
-	testenv.Eventually(t, time.Minute, "the steps after the checkpoint forgotten on every replica", func() bool {
+	// The restarted trainer deletes them (a mutation on each replica, run
+	// in the background): while it runs, nothing else shows progress.
+	testenv.Eventually(t, 3*time.Minute, "the steps after the checkpoint forgotten on every replica", func() bool {
 		for _, nd := range cl.Nodes() {
 			if httpQuery(ctx, t, nd.HTTPAddr(), db, "SELECT count() FROM trainer_steps_local WHERE step >= 1000000").Rows[0][0] != "0" {
 				return false
@@ -354,4 +366,30 @@ func httpQuery(ctx context.Context, t *testing.T, addr, db, query string) testen
 		t.Fatal(fmt.Errorf("%s on %s: %w", query, addr, err))
 	}
 	return r
+}
+
+// metricValues sums each named metric's samples in reg, as "name=value"
+// pairs (a missing one reads 0).
+func metricValues(t *testing.T, reg *prometheus.Registry, names ...string) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err.Error()
+	}
+	sum := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				sum[mf.GetName()] += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum[mf.GetName()] += m.GetGauge().GetValue()
+			}
+		}
+	}
+	var out []string
+	for _, n := range names {
+		out = append(out, fmt.Sprintf("%s=%g", n, sum[n]))
+	}
+	return strings.Join(out, " ")
 }
