@@ -59,6 +59,11 @@ func (p *Producer) prepare(ctx context.Context, ev schemas.Event) (item, error) 
 	invalid := func(err error) (item, error) {
 		return item{}, &InvalidEventError{Type: t, EventID: h.EventID, Err: err}
 	}
+	if !p.internal {
+		if err := CheckProducerType(t); err != nil {
+			return invalid(err)
+		}
+	}
 	topic := schemas.TopicFor(t)
 	if topic == "" {
 		return invalid(&schemas.FieldError{Type: t, Field: "type", Code: schemas.CodeUnknownType, Msg: "no topic for this event type"})

@@ -21,11 +21,17 @@ var (
 	// schema registry of WithSchemaRegistry could not give an event's schema
 	// id (unreachable, or it refused the schema); nothing of it is queued.
 	ErrSchemaRegistry = errors.New("schema registry")
+	// ErrInternalType is the cause (InvalidEventError.Err) of an event whose
+	// type is not one of ProducerTypes: a derived type the pipeline writes
+	// (labeled_sample, round_metrics, rejected, checkpoint_published). Only a
+	// Producer made WithInternalTypes emits them.
+	ErrInternalType = errors.New("internal event type")
 )
 
 // InvalidEventError is returned by Emit and EmitSync for an event that fails
 // validation or encoding; nothing of it is produced. Err is the cause: one or
-// more *schemas.FieldError (joined), reachable with errors.As.
+// more *schemas.FieldError (joined), reachable with errors.As, or an error
+// wrapping ErrInternalType for a type producers may not send.
 type InvalidEventError struct {
 	// Index is the event's position among EmitSync's arguments (0 for Emit).
 	Index   int

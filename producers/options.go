@@ -16,6 +16,7 @@ type options struct {
 	log      zerolog.Logger
 	now      func() time.Time
 	registry *schemas.Registry
+	internal bool
 }
 
 // WithLogger sets the logger. Default: a disabled logger.
@@ -32,3 +33,11 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // ErrSchemaRegistry when the registry cannot give an id. Default: none, Avro
 // single-object encoding (schemas.AppendEncode).
 func WithSchemaRegistry(r *schemas.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithInternalTypes lets the Producer emit the pipeline's own derived event
+// types (labeled_sample, round_metrics, rejected, checkpoint_published):
+// without it Emit and EmitSync refuse them with an *InvalidEventError
+// wrapping ErrInternalType. It is for tests and repair only (`harnessflow
+// produce --allow-internal-types`): an event of these types replaces what
+// the pipeline derived. Default: refused.
+func WithInternalTypes() Option { return func(o *options) { o.internal = true } }

@@ -72,6 +72,7 @@ type Producer struct {
 	log      zerolog.Logger
 	now      func() time.Time
 	registry *schemas.Registry // nil: single-object encoding
+	internal bool              // WithInternalTypes
 	w        *kafka.Writer
 	ch       chan item
 	pool     sync.Pool // *[]byte
@@ -133,6 +134,7 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 		log:            o.log,
 		now:            o.now,
 		registry:       o.registry,
+		internal:       o.internal,
 		ch:             make(chan item, cfg.BufferSize),
 		ready:          make(chan struct{}, 1),
 		stopping:       make(chan struct{}),
@@ -167,7 +169,8 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 // Emit validates ev, fills its envelope where empty (project and source from
 // Config, event_time now, event_id by schemas.DeriveEventID: ev is modified),
 // encodes it and queues it for delivery. It returns an *InvalidEventError for
-// an invalid event, ErrBufferFull when the buffer is full under FailFast,
+// an invalid event (one wrapping ErrInternalType for a type not in
+// ProducerTypes, unless WithInternalTypes), ErrBufferFull when the buffer is full under FailFast,
 // ctx's error when ctx ends while blocked under Block, ErrClosed after
 // Close, and an error wrapping ErrSchemaRegistry when the schema registry of
 // WithSchemaRegistry gives no schema id. A nil return means the event is

@@ -25,6 +25,13 @@ blank lines are skipped. A final line "produced P, rejected R" follows.
 Events are Avro single-object encoded; with --schema-registry URL they are
 written in the Confluent wire format instead, their schemas registered there.
 
+Only producer event types are accepted (campaign_declared, cell_started,
+task_attempt, skill_event, harness_update, adherence_judgment, cell_finished): a
+line of a type the pipeline derives itself (labeled_sample, round_metrics,
+rejected, checkpoint_published) is rejected, naming its type, unless
+--allow-internal-types is given. That flag is for tests and repair: such an
+event replaces what the pipeline derived.
+
 Exit status: 0 when every line was produced, 1 when some lines were rejected,
 2 on usage errors, connection errors (brokers, schema registry) or events the
 brokers did not acknowledge.`,
@@ -58,6 +65,7 @@ brokers did not acknowledge.`,
 	f.StringVar(&cfg.Source, "source", jsonl.DefaultSource, "source to set on events that have none")
 	f.DurationVar(&cfg.ConnectTimeout, "connect-timeout", jsonl.DefaultConnectTimeout, "how long to wait for a reachable broker")
 	f.StringVar(&cfg.SchemaRegistry, "schema-registry", "", "schema registry URL: write the Confluent wire format, registering the schemas there (empty: Avro single-object encoding)")
+	f.BoolVar(&cfg.AllowInternalTypes, "allow-internal-types", false, "also produce the pipeline's derived types (labeled_sample, round_metrics, rejected, checkpoint_published): for tests and repair only")
 	f.DurationVar(&cfg.Progress, "progress", jsonl.DefaultProgress, "interval of progress lines on stderr (0: none)")
 	return cmd
 }

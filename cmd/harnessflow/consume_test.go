@@ -96,7 +96,9 @@ func TestConsumeDecodesDLQAndReportsUndecodable(t *testing.T) {
 		Stage:    schemas.StageSyntax, ReasonCode: schemas.CodeBadEnum, Message: `task_attempt.status: "exploded" is not one of ok, error, interrupted, timeout`,
 		SourceTopic: schemas.TopicAttempts, Partition: 2, Offset: 41, Payload: []byte(`{"type":"task_attempt","status":"exploded"}`),
 	}
-	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})
+	// A dead letter is the pipeline's own type: only an SDK made
+	// WithInternalTypes writes one.
+	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}}, producers.WithInternalTypes())
 	if err != nil {
 		t.Fatal(err)
 	}

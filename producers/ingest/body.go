@@ -48,11 +48,13 @@ func readBody(r io.Reader, contentEncoding string, max int64) ([]byte, error) {
 	return nil, fmt.Errorf("%w %q: send gzip or no Content-Encoding", errBadContentEncoding, contentEncoding)
 }
 
-// hold is the in-flight bytes a request takes: its Content-Length, or
-// MaxBody when unknown or compressed (it may inflate up to MaxBody).
+// hold is the in-flight bytes a request takes: the most it may send, its
+// Content-Length but at least MinHold (what a stalled connection costs
+// whatever it declares), or MaxBody when its length is unknown or it is
+// compressed (it may inflate up to MaxBody).
 func (s *Server) hold(r *http.Request) int64 {
 	if r.ContentLength >= 0 && r.Header.Get("Content-Encoding") == "" {
-		return r.ContentLength
+		return max(r.ContentLength, s.cfg.MinHold)
 	}
 	return s.cfg.MaxBody
 }

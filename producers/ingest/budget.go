@@ -8,28 +8,42 @@ import (
 )
 
 // budget is the gateway's in-flight byte budget: MaxInflight bytes for all
-// the requests being read or delivered, and a share of MaxInflightPerToken
-// bytes for each token, so that one tenant's slow uploads or large requests
-// cannot take the whole budget from the others. Safe for concurrent use.
+// the requests being read or delivered, and a share of MaxInflightPerProject
+// bytes for each project, taken by all the tokens of that project together,
+// so that one tenant's slow uploads or large requests cannot take the whole
+// budget from the others however many tokens it holds. A request takes at
+// least MinHold bytes of both (Server.hold), so that the number of requests
+// in flight is bounded too: at most MaxInflightPerProject/MinHold of one
+// project, MaxInflight/MinHold in all. Safe for concurrent use.
 type budget struct {
-	max, perToken int64
-	all           *semaphore.Weighted
-	tokens        []*tokenBudget // by token index (tokenSet)
+	max, perProject int64
+	all             *semaphore.Weighted
+	byToken         []*projectBudget // by token index (tokenSet); tokens of one project share one
+	projects        []*projectBudget
 	// reading and delivering count the requests holding bytes, by phase
 	// (for the 503's message).
 	reading, delivering atomic.Int64
 }
 
-// tokenBudget is one token's share.
-type tokenBudget struct {
+// projectBudget is one project's share.
+type projectBudget struct {
 	sem      *semaphore.Weighted
 	requests atomic.Int64
 }
 
-func newBudget(max, perToken int64, tokens int) *budget {
-	b := &budget{max: max, perToken: perToken, all: semaphore.NewWeighted(max)}
-	for i := 0; i < tokens; i++ {
-		b.tokens = append(b.tokens, &tokenBudget{sem: semaphore.NewWeighted(perToken)})
+// newBudget makes the budget of the projects of a token set: projects[i] is
+// token i's project.
+func newBudget(max, perProject int64, projects []string) *budget {
+	b := &budget{max: max, perProject: perProject, all: semaphore.NewWeighted(max)}
+	byName := map[string]*projectBudget{}
+	for _, p := range projects {
+		pb, ok := byName[p]
+		if !ok {
+			pb = &projectBudget{sem: semaphore.NewWeighted(perProject)}
+			byName[p] = pb
+			b.projects = append(b.projects, pb)
+		}
+		b.byToken = append(b.byToken, pb)
 	}
 	return b
 }
@@ -37,28 +51,28 @@ func newBudget(max, perToken int64, tokens int) *budget {
 // lease is the bytes one request holds; release it once, when answered.
 type lease struct {
 	b          *budget
-	tb         *tokenBudget
+	pb         *projectBudget
 	n          int64
 	delivering bool
 }
 
 // acquire takes n bytes for a request of token tok without waiting; when
-// either the token's share or the whole budget is full it returns nil and
+// either its project's share or the whole budget is full it returns nil and
 // the 503's message, which says which.
 func (b *budget) acquire(tok int, n int64) (*lease, string) {
-	tb := b.tokens[tok]
-	if !tb.sem.TryAcquire(n) {
-		return nil, fmt.Sprintf("busy: this token's in-flight budget (%d bytes) is full: %d requests of this token are being read or delivered; "+
-			"retry after 1s, and send fewer requests at once with this token", b.perToken, tb.requests.Load())
+	pb := b.byToken[tok]
+	if !pb.sem.TryAcquire(n) {
+		return nil, fmt.Sprintf("busy: this project's in-flight budget (%d bytes, shared by all its tokens) is full: %d requests of this project are being read or delivered; "+
+			"retry after 1s, and send fewer requests at once for this project", b.perProject, pb.requests.Load())
 	}
 	if !b.all.TryAcquire(n) {
-		tb.sem.Release(n)
+		pb.sem.Release(n)
 		return nil, fmt.Sprintf("busy: the gateway's in-flight budget (%d bytes) is full: %d requests are being read from their clients and %d wait for the brokers to acknowledge their events; retry after 1s",
 			b.max, b.reading.Load(), b.delivering.Load())
 	}
-	tb.requests.Add(1)
+	pb.requests.Add(1)
 	b.reading.Add(1)
-	return &lease{b: b, tb: tb, n: n}, ""
+	return &lease{b: b, pb: pb, n: n}, ""
 }
 
 // deliver records that the request's body is read and its events wait for
@@ -78,7 +92,7 @@ func (l *lease) release() {
 	} else {
 		l.b.reading.Add(-1)
 	}
-	l.tb.requests.Add(-1)
+	l.pb.requests.Add(-1)
 	l.b.all.Release(l.n)
-	l.tb.sem.Release(l.n)
+	l.pb.sem.Release(l.n)
 }

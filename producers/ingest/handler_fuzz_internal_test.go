@@ -7,17 +7,19 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // budgetIdle says whether b holds nothing: every byte of the whole budget
-// and of each token's share can be taken (and is given back at once), and
+// and of each project's share can be taken (and is given back at once), and
 // no request is counted as being read or delivered.
 func budgetIdle(b *budget) bool {
 	if b.reading.Load() != 0 || b.delivering.Load() != 0 {
@@ -27,11 +29,11 @@ func budgetIdle(b *budget) bool {
 		return false
 	}
 	b.all.Release(b.max)
-	for _, tb := range b.tokens {
-		if tb.requests.Load() != 0 || !tb.sem.TryAcquire(b.perToken) {
+	for _, pb := range b.projects {
+		if pb.requests.Load() != 0 || !pb.sem.TryAcquire(b.perProject) {
 			return false
 		}
-		tb.sem.Release(b.perToken)
+		pb.sem.Release(b.perProject)
 	}
 	return true
 }
@@ -41,12 +43,13 @@ func budgetIdle(b *budget) bool {
 // may be gzipped first) against an embedded broker: the handler never
 // panics, every answer is a status it documents, a 4xx or 5xx carries a
 // JSON body (an {"error"} object or a list of {index, error}), a 202 says
-// how many events were accepted, and the in-flight budget is back to zero
-// after every request.
+// how many events were accepted and never answers a body holding one of the
+// pipeline's derived types, and the in-flight budget (per project: tok-a
+// and tok-a2 share projA's) is back to zero after every request.
 func FuzzEventsHandler(f *testing.F) {
 	b := testenv.Kafka(f)
 	s, err := New(Config{
-		Brokers: []string{b.Addr()}, Tokens: map[string]string{"tok-a": "projA", "tok-b": "projB"},
+		Brokers: []string{b.Addr()}, Tokens: map[string]string{"tok-a": "projA", "tok-a2": "projA", "tok-b": "projB"},
 		MaxBody: 64 << 10, MaxEvents: 50, DeliveryTimeout: 10 * time.Second,
 	})
 	if err != nil {
@@ -72,9 +75,17 @@ func FuzzEventsHandler(f *testing.F) {
 	f.Add(byte(0), byte(4), byte(4), []byte(strings.Repeat("{}\n", 60)))
 	f.Add(byte(0), byte(0), byte(0), []byte(`[{"type":"cell_started","cell_id":"`+strings.Repeat("x", 5000)+`"}]`))
 	f.Add(byte(0), byte(0), byte(0), []byte("\xef\xbb\xbf[1,\"a\",null]"))
+	for i, typ := range producerstest.DerivedTypes {
+		js, err := schemas.MarshalJSON(producerstest.Derived(typ, 10+i, "projA"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(byte(0), byte(7), byte(0), js)
+		f.Add(byte(0), byte(0), byte(1), []byte(one(20+i, "")+"\n"+string(js)+"\n"))
+	}
 
 	methods := []string{http.MethodPost, http.MethodGet, http.MethodPut, http.MethodDelete}
-	auths := []string{"Bearer tok-a", "bearer tok-b", "", "Bearer nope", "BEARER   tok-a ", "Basic dG9rLWE=", "Bearer"}
+	auths := []string{"Bearer tok-a", "bearer tok-b", "", "Bearer nope", "BEARER   tok-a ", "Basic dG9rLWE=", "Bearer", "Bearer tok-a2"}
 	statuses := map[int]bool{http.StatusAccepted: true, http.StatusBadRequest: true, http.StatusUnauthorized: true,
 		http.StatusForbidden: true, http.StatusMethodNotAllowed: true, http.StatusRequestTimeout: true,
 		http.StatusRequestEntityTooLarge: true, http.StatusUnsupportedMediaType: true, http.StatusServiceUnavailable: true}
@@ -122,6 +133,15 @@ func FuzzEventsHandler(f *testing.F) {
 			}
 			if err := json.Unmarshal(rec.Body.Bytes(), &ok); err != nil || ok.Accepted == nil || *ok.Accepted < 1 {
 				t.Fatalf("202 with body %q (%v), want {\"accepted\": N>=1}", rec.Body.String(), err)
+			}
+			items, _ := splitItems(body, 50)
+			for _, it := range items {
+				var head struct {
+					Type schemas.Type `json:"type"`
+				}
+				if json.Unmarshal(it, &head) == nil && slices.Contains(schemas.AllTypes, head.Type) && !producers.IsProducerType(head.Type) {
+					t.Fatalf("202 for a body holding a %s event: the derived types are the pipeline's own", head.Type)
+				}
 			}
 		} else {
 			var obj struct {

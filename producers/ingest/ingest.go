@@ -65,12 +65,39 @@ type Config struct {
 	MaxInflight int64
 	// Limits caps field and event sizes. Default: schemas.DefaultLimits().
 	Limits schemas.Limits
-	// MaxInflightPerToken caps the in-flight body bytes of one token's
-	// requests, beside MaxInflight, so that one tenant's slow uploads or
-	// bursts cannot take the budget of the others; past it the token's
-	// request is answered 503 with Retry-After. Default: a quarter of
-	// MaxInflight, and at least MaxBody.
+	// MaxInflightPerProject caps the in-flight body bytes of one project's
+	// requests, all its tokens together, beside MaxInflight, so that one
+	// tenant's slow uploads or bursts cannot take the budget of the others
+	// however many tokens it holds; past it the project's request is
+	// answered 503 with Retry-After. Default: a quarter of MaxInflight, and
+	// at least MaxBody.
+	MaxInflightPerProject int64
+	// MaxInflightPerToken is the former name of MaxInflightPerProject (a
+	// token's share is now its project's).
+	//
+	// Deprecated: set MaxInflightPerProject; this is used only when that is
+	// zero.
 	MaxInflightPerToken int64
+	// MinHold is the least a request takes of the in-flight budgets, whatever
+	// its Content-Length (which it may never send: a stalled upload holds a
+	// connection, a goroutine and buffers all the same). It bounds the
+	// requests in flight at once: MaxInflightPerProject/MinHold of one
+	// project (256 with the defaults), MaxInflight/MinHold in all (1024), so
+	// that uploads declaring a tiny Content-Length and then stalling cannot
+	// pile up until the gateway runs out of open files. A request of unknown
+	// length or gzip-encoded takes MaxBody. Default: 64 KiB, at most MaxBody.
+	MinHold int64
+	// MaxOTLPAttributes caps the attributes of one /v1/traces request: every
+	// key-value of its resources, scopes, spans, span events and links (the
+	// elements of array and kvlist values included) plus the span events and
+	// links themselves. It is enforced while the body is decoded, so a body
+	// of millions of empty attributes is refused (413) before it is decoded.
+	// Default: 262144 (2^18; 26 a span at MaxEvents spans).
+	MaxOTLPAttributes int
+	// MaxOTLPResources caps the resource_spans, and apart the scope_spans,
+	// of one /v1/traces request (413 past it), enforced while decoding.
+	// Default: MaxEvents.
+	MaxOTLPResources int
 	// ReadTimeout bounds the reading of one request body (and of its
 	// headers, at most 10s of it): a slower upload is answered 408 and
 	// releases its share of the in-flight budget. Default: 60s.
@@ -107,8 +134,20 @@ func (c *Config) setDefaults() {
 	if c.MaxInflight == 0 {
 		c.MaxInflight = 8 * c.MaxBody
 	}
-	if c.MaxInflightPerToken == 0 {
-		c.MaxInflightPerToken = max(c.MaxInflight/4, c.MaxBody)
+	if c.MaxInflightPerProject == 0 {
+		c.MaxInflightPerProject = c.MaxInflightPerToken
+	}
+	if c.MaxInflightPerProject == 0 {
+		c.MaxInflightPerProject = max(c.MaxInflight/4, c.MaxBody)
+	}
+	if c.MinHold == 0 {
+		c.MinHold = min(64<<10, c.MaxBody)
+	}
+	if c.MaxOTLPAttributes == 0 {
+		c.MaxOTLPAttributes = 1 << 18
+	}
+	if c.MaxOTLPResources == 0 {
+		c.MaxOTLPResources = c.MaxEvents
 	}
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = 60 * time.Second
@@ -140,8 +179,14 @@ func (c *Config) Validate() error {
 	if c.MaxInflight < c.MaxBody {
 		errs = append(errs, fmt.Errorf("max in-flight bytes %d: must be at least max body (%d)", c.MaxInflight, c.MaxBody))
 	}
-	if c.MaxInflightPerToken < c.MaxBody || c.MaxInflightPerToken > c.MaxInflight {
-		errs = append(errs, fmt.Errorf("max in-flight bytes per token %d: must be between max body (%d) and max in-flight bytes (%d)", c.MaxInflightPerToken, c.MaxBody, c.MaxInflight))
+	if c.MaxInflightPerProject < c.MaxBody || c.MaxInflightPerProject > c.MaxInflight {
+		errs = append(errs, fmt.Errorf("max in-flight bytes per project %d: must be between max body (%d) and max in-flight bytes (%d)", c.MaxInflightPerProject, c.MaxBody, c.MaxInflight))
+	}
+	if c.MinHold < 1 || c.MinHold > c.MaxBody {
+		errs = append(errs, fmt.Errorf("min hold %d: must be between 1 and max body (%d)", c.MinHold, c.MaxBody))
+	}
+	if c.MaxOTLPAttributes < 1 || c.MaxOTLPResources < 1 {
+		errs = append(errs, fmt.Errorf("max OTLP attributes %d, max OTLP resources %d: must be positive", c.MaxOTLPAttributes, c.MaxOTLPResources))
 	}
 	if c.ReadTimeout < 0 || c.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("read timeout %s, idle timeout %s: must not be negative", c.ReadTimeout, c.IdleTimeout))
@@ -249,7 +294,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	ts := newTokenSet(tokens)
 	s := &Server{
 		cfg: cfg, log: o.log, reg: served, ln: o.ln, tokens: ts, prod: prod, tlsCert: cert,
-		ready: make(chan struct{}), inflight: newBudget(cfg.MaxInflight, cfg.MaxInflightPerToken, ts.len()),
+		ready: make(chan struct{}), inflight: newBudget(cfg.MaxInflight, cfg.MaxInflightPerProject, ts.projects),
 		metrics: newMetrics(),
 	}
 	if err := s.metrics.register(regs...); err != nil {
@@ -412,6 +457,12 @@ func (s *Server) events1(w http.ResponseWriter, r *http.Request) (int, string, i
 		// the project, so two projects' id-less events stay two events.
 		ev, err := schemas.ParseJSONWith(raw, s.cfg.Limits, schemas.Envelope{Project: project, Source: Source})
 		if err != nil {
+			invalid = append(invalid, ItemError{i, err.Error()})
+			continue
+		}
+		// The derived types are the pipeline's own: a tenant's would replace
+		// what the pipeline derived (dead letters, samples, checkpoints).
+		if err := producers.CheckProducerType(ev.Type()); err != nil {
 			invalid = append(invalid, ItemError{i, err.Error()})
 			continue
 		}

@@ -29,7 +29,8 @@ import (
 // that became no event for a reason of theirs counted in
 // partial_success.rejected_spans and named in partial_success.error_message;
 // spans that are not agent or skill spans are ignored, never rejected. A
-// failure of the whole request is a google.rpc.Status with its HTTP code.
+// failure of the whole request is a google.rpc.Status with its HTTP code:
+// 413 past a cap of otlp_limits.go, enforced before the body is decoded.
 
 // maxRejectMessages caps the rejections named in one error_message.
 const maxRejectMessages = 10
@@ -120,8 +121,12 @@ func (s *Server) traces1(w http.ResponseWriter, r *http.Request) otlpAnswer {
 		}
 		return fail(w, f.code, enc, c, f.reason, msg)
 	}
-	req, err := decodeOTLPTraces(body, enc)
+	req, err := decodeOTLPTraces(body, enc, s.cfg.otlpCaps())
 	if err != nil {
+		var ce *otlpCapError
+		if errors.As(err, &ce) {
+			return fail(w, http.StatusRequestEntityTooLarge, enc, codes.ResourceExhausted, reasonTooLarge, err.Error())
+		}
 		return fail(w, http.StatusBadRequest, enc, codes.InvalidArgument, reasonInvalid, err.Error())
 	}
 	if n := countSpans(req); n > s.cfg.MaxEvents {

@@ -32,10 +32,15 @@ func eventIDs(evs []schemas.Event) []string {
 	return ids
 }
 
-// FuzzOTLPTraces fuzzes the /v1/traces decoder and the span mapping: a body
-// that decodes (either encoding) re-encodes to protobuf bytes that decode to
-// the same bytes again, and maps to the same events both times, every span
-// counted once (accepted, ignored or rejected). A panic is a bug.
+// Caps of FuzzOTLPTraces, small enough for the fuzzer to cross.
+const fuzzSpans, fuzzResources, fuzzAttributes = 8, 4, 32
+
+// FuzzOTLPTraces fuzzes the /v1/traces decoder and the span mapping: the
+// caps (spans, resources, attributes) refuse exactly the bodies whose
+// decoded request goes past them; a body that decodes (either encoding)
+// re-encodes to protobuf bytes that decode to the same bytes again, and maps
+// to the same events both times, every span counted once (accepted, ignored
+// or rejected). A panic is a bug.
 func FuzzOTLPTraces(f *testing.F) {
 	pb, err := proto.Marshal(sampleTrace())
 	if err != nil {
@@ -43,10 +48,33 @@ func FuzzOTLPTraces(f *testing.F) {
 	}
 	f.Add(pb, false)
 	f.Add([]byte(sampleTraceJSON), true)
-	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"01","spanId":"02","parentSpanId":"02","attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"gen_ai.skill.name","value":{"stringValue":"s"}}]}]}]}]}`), true)
+	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"00000000000000000000000000000001","spanId":"0000000000000002","parentSpanId":"0000000000000002","attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"gen_ai.skill.name","value":{"stringValue":"s"}}]}]}]}]}`), true)
 	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"invoke_agent"}},{"key":"harnessflow.cell_id","value":{"doubleValue":"NaN"}}]}]}]}]}`), true)
 	f.Add([]byte{0x0a, 0x00}, false)
+	// Past the fuzz caps below (fuzzSpans, ...): empty spans, attributes,
+	// resource_spans and nested array values, in both encodings.
+	for _, h := range hostileOTLP(fuzzSpans+1, fuzzAttributes+1) {
+		f.Add(h.body, h.json)
+	}
+	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"01","spanId":"02"}]}]}]}`), true)
 	f.Fuzz(func(t *testing.T, body []byte, isJSON bool) {
+		// With small caps: a body the caps refuse is one whose decoded
+		// request (decoded without them) goes past one; one they pass
+		// decodes within them. The pre-scan counts what decoding makes.
+		capped, isCapped, cerr := ingest.DecodeOTLPTracesCaps(body, isJSON, fuzzSpans, fuzzResources, fuzzAttributes)
+		all, _, aerr := ingest.DecodeOTLPTracesCaps(body, isJSON, 1<<30, 1<<30, 1<<30)
+		if cerr == nil {
+			r, s, a := ingest.CountOTLP(capped)
+			if s > fuzzSpans || r > fuzzResources || a > fuzzAttributes {
+				t.Fatalf("decoded within the caps, but holds %d resources, %d spans, %d attributes", r, s, a)
+			}
+		}
+		if isCapped && aerr == nil {
+			r, s, a := ingest.CountOTLP(all)
+			if s <= fuzzSpans && r <= fuzzResources && a <= fuzzAttributes {
+				t.Fatalf("refused by the caps (%v), but holds only %d resources, %d spans, %d attributes", cerr, r, s, a)
+			}
+		}
 		req, err := ingest.DecodeOTLPTraces(body, isJSON)
 		if err != nil {
 			return

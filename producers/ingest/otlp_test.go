@@ -404,6 +404,11 @@ func TestOTLPAnswers(t *testing.T) {
 		{"bad gzip", "tok-a", "application/json", "gzip", []byte(sampleTraceJSON), 400, "gzip"},
 		{"malformed json", "tok-a", "application/json", "", []byte(`{"resourceSpans":[`), 400, "OTLP/JSON"},
 		{"base64 ids", "tok-a", "application/json", "", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"AQIDBAUGBwgJCgsMDQ4PEA=="}]}]}]}`), 400, "hex"},
+		{"short trace id", "tok-a", "application/json", "", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102","spanId":"0000000000000a01"}]}]}]}`), 400, "traceId is 2 bytes, want 16"},
+		{"long span id", "tok-a", "application/json", "", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"` + traceA + `","spanId":"0000000000000a0102"}]}]}]}`), 400, "spanId is 9 bytes, want 8"},
+		{"short parent id", "tok-a", "application/json", "", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"` + traceA + `","spanId":"0000000000000a01","parent_span_id":"0a"}]}]}]}`), 400, "parent_span_id is 1 bytes, want 8"},
+		{"short link trace id", "tok-a", "application/json", "", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"links":[{"traceId":"01"}]}]}]}]}`), 400, "want 16"},
+		{"short protobuf span id", "tok-a", "application/x-protobuf", "", shortSpanID(t), 400, ""},
 		{"gzip bomb", "tok-a", "application/json", "gzip", gzipped(t, bytes.Repeat([]byte(" "), 1<<20)), 413, "decompressed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -470,4 +475,15 @@ func TestOTLPProjectRules(t *testing.T) {
 	if ps := exportResponse(t, "application/x-protobuf", hdr, b).GetPartialSuccess(); ps != nil {
 		t.Errorf("partial success %v for a request of ignored spans, want none", ps)
 	}
+}
+
+// shortSpanID is the sample trace in protobuf with a 4-byte span id.
+func shortSpanID(t *testing.T) []byte {
+	req := sampleTrace()
+	req.ResourceSpans[0].ScopeSpans[0].Spans[1].SpanId = []byte{1, 2, 3, 4}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

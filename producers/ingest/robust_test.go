@@ -38,9 +38,9 @@ func rawResponse(conn net.Conn, req *http.Request) (int, string, error) {
 
 // TestSlowUploadsOfOneTokenDoNotStarveOthers: eight uploads of one token
 // that trickle their bodies over real TCP connections take at most that
-// token's share of the in-flight budget: another token's request still gets
-// 202, the slow token's next request gets a 503 that says its own budget is
-// full, and the slow uploads are cut off with 408 at the read timeout,
+// token's project's share of the in-flight budget: another project's token
+// still gets 202, the slow token's next request gets a 503 that says its
+// project's budget is full, and the slow uploads are cut off with 408 at the read timeout,
 // releasing their budget.
 func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
 	b := testenv.Kafka(t)
@@ -88,8 +88,8 @@ func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
 		code, msg = g.post("tok-a", one(1))
 		return code == http.StatusServiceUnavailable
 	})
-	if !strings.Contains(string(msg), "this token's in-flight budget") || !strings.Contains(string(msg), "being read") {
-		t.Errorf("503 for the slow token: %s; want it to say this token's budget is full", msg)
+	if !strings.Contains(string(msg), "this project's in-flight budget") || !strings.Contains(string(msg), "being read") {
+		t.Errorf("503 for the slow token: %s; want it to say its project's budget is full", msg)
 	}
 	if code, msg := g.post("tok-b", one(2)); code != http.StatusAccepted {
 		t.Fatalf("another token while tok-a uploads slowly: %d %s, want 202", code, msg)

@@ -61,6 +61,11 @@ type Config struct {
 	// (producers.WithSchemaRegistry). Default: "" (Avro single-object
 	// encoding, no registry).
 	SchemaRegistry string
+	// AllowInternalTypes lets lines of the pipeline's own derived types
+	// (labeled_sample, round_metrics, rejected, checkpoint_published) be
+	// produced (producers.WithInternalTypes), for tests and repair; without
+	// it each such line is rejected, naming its type. Default: false.
+	AllowInternalTypes bool
 }
 
 // counts are a run's line counters, read by the progress reporter while the
@@ -91,6 +96,9 @@ func Produce(ctx context.Context, cfg Config, in io.Reader, stderr io.Writer) er
 	// OnError runs on the producer's goroutines: stderr is shared.
 	stderr = &lockedWriter{w: stderr}
 	opts := []producers.Option{producers.WithLogger(log)}
+	if cfg.AllowInternalTypes {
+		opts = append(opts, producers.WithInternalTypes())
+	}
 	if cfg.SchemaRegistry != "" {
 		opts = append(opts, producers.WithSchemaRegistry(schemas.NewRegistry(cfg.SchemaRegistry, nil)))
 	}

@@ -91,3 +91,38 @@ func Mixed(n int, project string) []schemas.Event {
 	}
 	return out
 }
+
+// DerivedTypes are the event types the pipeline writes itself (every type
+// that is not in RawTypes): the SDKs and the gateway refuse them.
+var DerivedTypes = []schemas.Type{schemas.TypeLabeledSample, schemas.TypeRoundMetrics, schemas.TypeRejected, schemas.TypeCheckpointPublished}
+
+// Derived returns the i-th generated event of a derived type t (one of
+// DerivedTypes), every envelope field set, as a tenant forging one would
+// send it.
+func Derived(t schemas.Type, i int, project string) schemas.Event {
+	env := schemas.Envelope{
+		EventID:   fmt.Sprintf("%s-%06d", t, i),
+		EventTime: Epoch.Add(time.Duration(i) * time.Millisecond),
+		Project:   project,
+		Source:    "producerstest",
+	}
+	cell := fmt.Sprintf("cell-%02d", i%16)
+	switch t {
+	case schemas.TypeLabeledSample:
+		return &schemas.LabeledSample{Envelope: env, SampleID: fmt.Sprintf("sample-%06d", i), UpdateID: fmt.Sprintf("upd-%06d", i),
+			CellID: cell, CampaignID: "camp-0", Benchmark: "swe-bench-verified", AgentModel: "agent-a", EvolverModel: "evolver-x",
+			Cycle: 1, Query: "evidence", Update: "artifact", ArtifactKind: schemas.KindSkill, Effect: 0.5, Label: "positive",
+			NBefore: 10, NAfter: 10, CILow: 0.1, CIHigh: 0.9, PValue: 0.01, Reason: "forged", HarnessVersion: "h1",
+			Route: schemas.RouteInSitu, ProducedAt: env.EventTime}
+	case schemas.TypeRoundMetrics:
+		return &schemas.RoundMetrics{Envelope: env, CellID: cell, CampaignID: "camp-0", Benchmark: "swe-bench-verified",
+			AgentModel: "agent-a", EvolverModel: "evolver-x", Cycle: 1, NTasks: 10, PassRate: 0.5, MeanScore: 0.5}
+	case schemas.TypeRejected:
+		return &schemas.Rejected{Envelope: env, Stage: schemas.StageSyntax, ReasonCode: schemas.CodeBadEnum, Message: "forged",
+			SourceTopic: schemas.TopicAttempts, Partition: 0, Offset: int64(i), Payload: []byte(`{}`)}
+	case schemas.TypeCheckpointPublished:
+		return &schemas.CheckpointPublished{Envelope: env, ModelVersion: fmt.Sprintf("m-%06d", i), Step: int64(i), SamplesTrained: 10,
+			Offsets: []schemas.TopicOffset{{Topic: schemas.TopicSamples, Partition: 0, Offset: 1}}, Metrics: map[string]float64{"heldout_acc": 0.99}}
+	}
+	panic(fmt.Sprintf("producerstest: no derived generator for %q", t))
+}

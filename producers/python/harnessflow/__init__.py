@@ -14,13 +14,14 @@ and the errors.
 __version__ = "0.1.0"
 
 from . import events  # noqa: E402
-from .client import DEFAULT_SOURCE, RETRYABLE_STATUSES, Client, Stats  # noqa: E402
+from .client import DEFAULT_SOURCE, INTERNAL_TYPES, PRODUCER_TYPES, RETRYABLE_STATUSES, Client, Stats  # noqa: E402
 from .errors import (  # noqa: E402
     ClosedError,
     DeliveryError,
     EventTooLargeError,
     FlushTimeoutError,
     HarnessflowError,
+    InternalTypeError,
     ItemError,
     QueueFullError,
     RejectedError,
@@ -40,4 +41,7 @@ __all__ = [
     "EventTooLargeError",
     "ClosedError",
     "FlushTimeoutError",
+    "InternalTypeError",
+    "INTERNAL_TYPES",
+    "PRODUCER_TYPES",
 ]

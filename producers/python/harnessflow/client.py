@@ -29,13 +29,19 @@ from .errors import (
     EventTooLargeError,
     FlushTimeoutError,
     HarnessflowError,
+    InternalTypeError,
     ItemError,
     QueueFullError,
     RejectedError,
 )
+from .events import TYPES as PRODUCER_TYPES
 from .events import _timestamp
 
 log = logging.getLogger("harnessflow")
+
+#: The event types the pipeline derives itself: emit raises InternalTypeError
+#: for them (the gateway would answer 400). Producers send PRODUCER_TYPES.
+INTERNAL_TYPES = frozenset({"labeled_sample", "round_metrics", "rejected", "checkpoint_published"})
 
 #: The envelope source set on events that have none (the Go SDK's is "sdk-go").
 DEFAULT_SOURCE = "sdk-python"
@@ -242,7 +248,8 @@ class Client:
         The event is a mapping with "type" and the fields of its schema; it is
         copied, and event_time (now), source and project (from the client) are
         set where absent. It is serialized here, so a value JSON cannot carry
-        raises TypeError or ValueError at once. Raises EventTooLargeError,
+        raises TypeError or ValueError at once. Raises InternalTypeError for
+        one of INTERNAL_TYPES (the pipeline's derived types), EventTooLargeError,
         QueueFullError (on_full="block" after block_timeout), ClosedError.
         Delivery problems are raised later by flush() or close().
         """
@@ -250,6 +257,11 @@ class Client:
             raise TypeError(f"emit: want a dict, got {type(event).__name__}")
         if not isinstance(event.get("type"), str) or not event["type"]:
             raise ValueError('emit: the event has no "type" (e.g. "task_attempt")')
+        if event["type"] in INTERNAL_TYPES:
+            raise InternalTypeError(
+                f"emit: {event['type']} events are written by the pipeline itself, not by producers; "
+                f"send one of {', '.join(PRODUCER_TYPES)}"
+            )
         ev = dict(event)
         if ev.get("event_time") is None:
             ev["event_time"] = int(time.time() * 1000)

@@ -86,6 +86,12 @@ class EventTooLargeError(HarnessflowError, ValueError):
     """An event whose JSON is larger than ``batch_bytes``: it could never be sent."""
 
 
+class InternalTypeError(HarnessflowError, ValueError):
+    """An event of a type the pipeline derives itself (labeled_sample,
+    round_metrics, rejected, checkpoint_published): producers may not send
+    one, and the gateway refuses it (400). See ``harnessflow.INTERNAL_TYPES``."""
+
+
 class ClosedError(HarnessflowError):
     """emit() or flush() after close()."""
 

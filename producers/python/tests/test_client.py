@@ -338,3 +338,21 @@ class TestQueuePolicy(LiveTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestInternalTypes(unittest.TestCase):
+    """emit refuses the pipeline's derived types at once (no gateway needed)."""
+
+    def test_derived_types_raise(self) -> None:
+        c = harnessflow.Client(free_port_url(), token="t", batch_age=60)
+        try:
+            for typ in sorted(harnessflow.INTERNAL_TYPES):
+                with self.assertRaises(harnessflow.InternalTypeError) as cm:
+                    c.emit({"type": typ, "cell_id": "c"})
+                self.assertIn(typ, str(cm.exception))
+                self.assertIn("task_attempt", str(cm.exception))
+                self.assertIsInstance(cm.exception, ValueError)
+            self.assertEqual(c.stats().emitted, 0)
+        finally:
+            c.close(timeout=1)
+        self.assertEqual(set(harnessflow.PRODUCER_TYPES) & harnessflow.INTERNAL_TYPES, set())
