@@ -113,7 +113,7 @@ func BenchmarkTrainStream(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					feed(b, tr, samples, arrive, &off)
-					tr.dedup = newDedup(tr.cfg.DedupWindow, nil) // admit the same samples again
+					tr.dedup = newDedup(tr.cfg.DedupWindow, nil, false) // admit the same samples again
 					tr.rows = tr.rows[:0]
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/sample")

@@ -40,10 +40,18 @@ type Checkpoint struct {
 	Topic string
 	// Offsets maps a partition to the next offset to read.
 	Offsets map[int32]int64
-	// Recent is the dedup window of sample ids, oldest first.
+	// Recent is the dedup window, oldest first: keys of (project, sample
+	// id) (projectKey), or bare sample ids when KeyedByProject is false.
 	Recent []string
-	// CellVersions is the latest harness_version_index seen per cell.
+	// CellVersions is the latest harness_version_index seen per (project,
+	// cell) (keys are projectKey's), or per cell id when KeyedByProject is
+	// false.
 	CellVersions map[string]int32
+	// KeyedByProject says Recent and CellVersions hold the project (issue
+	// 35); false in files written before, whose bare sample ids are
+	// matched in every project until they age out and whose cell versions
+	// are dropped on restore.
+	KeyedByProject bool
 	// Heldout is the held-out evaluation window.
 	Heldout []HeldoutRecord
 	// FirstGroup is the held-out group trained on because it came first

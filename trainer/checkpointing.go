@@ -38,8 +38,13 @@ func (t *Trainer) restore(ctx context.Context) error {
 		for p, o := range ck.Offsets {
 			t.offsets[p] = o
 		}
-		t.dedup = newDedup(t.cfg.DedupWindow, ck.Recent)
-		if ck.CellVersions != nil {
+		t.dedup = newDedup(t.cfg.DedupWindow, ck.Recent, !ck.KeyedByProject)
+		switch {
+		case !ck.KeyedByProject && len(ck.CellVersions) > 0:
+			// Keyed by cell id alone: whose cell each was is unknown. The
+			// staleness table starts empty, as when it reaches MaxCells.
+			t.log.Info().Int("cells", len(ck.CellVersions)).Msg("checkpoint from before the staleness table was keyed by (project, cell): starting it empty; the dedup window's sample ids match every project's until they age out")
+		case ck.CellVersions != nil:
 			t.cells = ck.CellVersions
 		}
 		t.heldout = ck.Heldout
@@ -97,7 +102,7 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	idx := max(t.index, t.store.MaxIndex()) + 1
 	ck := &Checkpoint{
 		Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", t.cfg.Name, idx), Step: t.step, SamplesTrained: t.trained,
-		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells, FirstGroup: t.firstGroup,
+		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells, KeyedByProject: true, FirstGroup: t.firstGroup,
 		Heldout: t.heldout, CreatedAt: time.Now().UTC(),
 	}
 	for p, o := range t.offsets {

@@ -68,6 +68,11 @@ type CheckpointEval struct {
 	// Trainer is Config.Name; ModelVersion and CheckpointSHA256 name the
 	// checkpoint (the sha256 of its file as saved).
 	Trainer, ModelVersion, CheckpointSHA256 string
+	// Project is the project whose samples the checkpoint's model is
+	// trained on, written to the critic_evals and critic_eval_diffs rows'
+	// project column: AllProjects ('') for this trainer, which trains one
+	// model on every project's samples.
+	Project string
 	// Step and SamplesTrained are the checkpoint's.
 	Step, SamplesTrained int64
 	// GroupKey is Config.HeldoutGroupKey: the key the held-out set was
@@ -142,14 +147,18 @@ const (
 	evalPredictBatch = 256
 )
 
+// AllProjects is the project column of the critic_evals and
+// critic_eval_diffs rows of a model trained on every project's samples.
+const AllProjects = ""
+
 // criticEvalsInsert writes critic_evals rows
-// (infra/chddl/0005_critic_evals.sql).
-const criticEvalsInsert = `INSERT INTO critic_evals (trainer, model_version, checkpoint_sha256, step, samples_trained,
+// (infra/chddl/0005_critic_evals.sql; project since 0007).
+const criticEvalsInsert = `INSERT INTO critic_evals (trainer, project, model_version, checkpoint_sha256, step, samples_trained,
   heldout_rows, heldout_groups, predictor, metric, value, ci_low, ci_high, verdict, evaluated_at)`
 
 // criticEvalDiffsInsert writes critic_eval_diffs rows
-// (infra/chddl/0006_critic_eval_diffs.sql).
-const criticEvalDiffsInsert = `INSERT INTO critic_eval_diffs (trainer, model_version, checkpoint_sha256, step, samples_trained,
+// (infra/chddl/0006_critic_eval_diffs.sql; project since 0007).
+const criticEvalDiffsInsert = `INSERT INTO critic_eval_diffs (trainer, project, model_version, checkpoint_sha256, step, samples_trained,
   heldout_rows, heldout_groups, metric, baseline, diff, ci_low, ci_high, verdict, checkpoint_verdict, evaluated_at)`
 
 // startEvals starts the evaluation goroutine (when there is an evaluator)
@@ -187,7 +196,7 @@ func (t *Trainer) submitEval(ck *Checkpoint) {
 			Msg("checkpoint not evaluated: no held-out samples yet (they arrive with their groups; see --heldout-fraction)")
 		return
 	}
-	job := &CheckpointEval{Trainer: t.cfg.Name, ModelVersion: ck.ModelVersion, CheckpointSHA256: ck.FileSHA256(),
+	job := &CheckpointEval{Trainer: t.cfg.Name, Project: AllProjects, ModelVersion: ck.ModelVersion, CheckpointSHA256: ck.FileSHA256(),
 		Step: ck.Step, SamplesTrained: ck.SamplesTrained, GroupKey: t.cfg.HeldoutGroupKey,
 		Heldout: t.heldSet.snapshot(), Train: t.trainWin.snapshot()}
 	job.Model = t.predictEval(job.Heldout)
@@ -314,7 +323,7 @@ func (t *Trainer) writeEvals(ctx context.Context, job *CheckpointEval, res *Eval
 			if math.IsNaN(m.Value) {
 				continue
 			}
-			if err := b.Append(job.Trainer, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
+			if err := b.Append(job.Trainer, job.Project, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
 				uint32(res.HeldoutRows), uint32(res.HeldoutGroups), m.Predictor, m.Metric, m.Value, m.Low, m.High, res.Verdict, at); err != nil {
 				return fmt.Errorf("append critic_evals row %s/%s: %w", m.Predictor, m.Metric, err)
 			}
@@ -322,7 +331,7 @@ func (t *Trainer) writeEvals(ctx context.Context, job *CheckpointEval, res *Eval
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("write %d critic_evals rows of %s (is the critic_evals migration, infra/chddl/0005, applied?): %w",
+		return fmt.Errorf("write %d critic_evals rows of %s (are the critic_evals migrations, infra/chddl/0005 and 0007, applied? run `harnessflow migrate`): %w",
 			len(res.Metrics), job.ModelVersion, err)
 	}
 	return nil
@@ -347,7 +356,7 @@ func (t *Trainer) writeEvalDiffs(ctx context.Context, job *CheckpointEval, res *
 			if math.IsNaN(c.Diff) {
 				continue
 			}
-			if err := b.Append(job.Trainer, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
+			if err := b.Append(job.Trainer, job.Project, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
 				uint32(res.HeldoutRows), uint32(res.HeldoutGroups), c.Metric, c.Baseline, c.Diff, c.Low, c.High, c.Verdict, res.Verdict, at); err != nil {
 				return fmt.Errorf("append critic_eval_diffs row %s/%s: %w", c.Metric, c.Baseline, err)
 			}
@@ -355,7 +364,7 @@ func (t *Trainer) writeEvalDiffs(ctx context.Context, job *CheckpointEval, res *
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("write %d critic_eval_diffs rows of %s (is the critic_eval_diffs migration, infra/chddl/0006, applied?): %w",
+		return fmt.Errorf("write %d critic_eval_diffs rows of %s (are the critic_eval_diffs migrations, infra/chddl/0006 and 0007, applied? run `harnessflow migrate`): %w",
 			n, job.ModelVersion, err)
 	}
 	return nil

@@ -46,13 +46,14 @@ type evalRow struct {
 	value, lo, hi                            float64
 }
 
-// criticEvals returns trainer name's critic_evals rows (FINAL).
+// criticEvals returns trainer name's critic_evals rows (FINAL), which have
+// project "" (AllProjects: the trainer trains on every project's samples).
 func criticEvals(t *testing.T, ch *testenv.CH, name string) []evalRow {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rows, err := ch.Conn.Query(ctx, `SELECT model_version, checkpoint_sha256, predictor, metric, verdict, step, samples_trained,
-		heldout_rows, heldout_groups, value, ci_low, ci_high FROM critic_evals FINAL WHERE trainer = ? ORDER BY step, predictor, metric`, name)
+		heldout_rows, heldout_groups, value, ci_low, ci_high FROM critic_evals FINAL WHERE trainer = ? AND project = '' ORDER BY step, predictor, metric`, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,13 +81,14 @@ type diffRow struct {
 	at                                                 time.Time
 }
 
-// criticEvalDiffs returns trainer name's critic_eval_diffs rows (FINAL).
+// criticEvalDiffs returns trainer name's critic_eval_diffs rows (FINAL),
+// project "" like critic_evals'.
 func criticEvalDiffs(t *testing.T, ch *testenv.CH, name string) []diffRow {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rows, err := ch.Conn.Query(ctx, `SELECT model_version, checkpoint_sha256, metric, baseline, verdict, checkpoint_verdict, step, samples_trained,
-		heldout_rows, heldout_groups, diff, ci_low, ci_high, evaluated_at FROM critic_eval_diffs FINAL WHERE trainer = ? ORDER BY step, metric`, name)
+		heldout_rows, heldout_groups, diff, ci_low, ci_high, evaluated_at FROM critic_eval_diffs FINAL WHERE trainer = ? AND project = '' ORDER BY step, metric`, name)
 	if err != nil {
 		t.Fatal(err)
 	}

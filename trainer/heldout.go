@@ -47,8 +47,27 @@ func checkGroupKey(key string) error {
 // GroupOf returns s's held-out group under key, as eval.GroupKey.Of names it:
 // campaign → "campaign:<id>", campaign+seed (or "") → "campaign:<id>/seed:<n>",
 // cell → "cell:<cell>"; a sample without a campaign falls back to
-// "cell:<cell>", and without a cell either to "sample:<id>".
+// "cell:<cell>", and without a cell either to "sample:<id>". A group is a
+// project's: the name of a sample of any project but the default one (or
+// none) starts with `project:"<project>"/` (Go-quoted), so that two
+// projects' equal campaign, cell or sample ids are two groups and one
+// tenant's samples never decide which side of the split another's fall on.
+// The default project's names are the ones used before projects were
+// part of them (as its derived event ids are, schemas.DeriveEventID), so a
+// single-project deployment keeps its split and its checkpoints' FirstGroup.
 func GroupOf(key string, s *schemas.LabeledSample) string {
+	return projectGroup(s.Project, groupOf(key, s))
+}
+
+// projectGroup is group of project (see GroupOf).
+func projectGroup(project, group string) string {
+	if project == "" || project == schemas.DefaultProject {
+		return group
+	}
+	return "project:" + strconv.Quote(project) + "/" + group
+}
+
+func groupOf(key string, s *schemas.LabeledSample) string {
 	switch key {
 	case GroupByCampaign:
 		if s.CampaignID != "" {

@@ -76,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		staleM50:     g("staleness_model_p50", "Last step's median sample staleness in model versions."),
 		staleM95:     g("staleness_model_p95", "Last step's p95 sample staleness in model versions."),
 		trained:      c("samples_trained_total", "Samples trained."),
-		duplicates:   c("duplicates_total", "Samples skipped as duplicates of a recent sample id."),
+		duplicates:   c("duplicates_total", "Samples skipped as duplicates of a recent sample id of the same project."),
 		bad:          c("bad_samples_total", "Messages skipped as undecodable or invalid."),
 		droppedStale: c("dropped_stale_total", "Samples dropped for exceeding --max-staleness."),
 		checkpoints:  c("checkpoints_total", "Checkpoints written."),

@@ -451,7 +451,12 @@ func checkpointEvent(ck *Checkpoint, name string) *schemas.CheckpointPublished {
 		CheckpointURI: fileURI(ck.Path()), CheckpointSHA256: ck.FileSHA256()}
 	ev.EventID = "checkpoint:" + ck.ModelVersion
 	ev.EventTime = ck.CreatedAt
-	ev.Source = "trainer:" + name
+	// The trainer's identity: source "trainer:<name>" and project ''
+	// (checkpoints are the pipeline's, not a tenant's). The checkpoints
+	// table is keyed (project, source, model_version, event_id), and the
+	// gateway gives every tenant event the tenant's non-empty project, so
+	// a checkpoint_published a tenant forges never replaces this row.
+	ev.Project, ev.Source = "", "trainer:"+name
 	for p, o := range ck.Offsets {
 		ev.Offsets = append(ev.Offsets, schemas.TopicOffset{Topic: ck.Topic, Partition: p, Offset: o})
 	}

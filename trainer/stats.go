@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -76,31 +77,69 @@ func idHash(ids []string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// dedupWindow remembers the last cap sample ids (FIFO eviction).
+// projectKey is the trainer's key of an id that belongs to a project (a
+// sample id, a cell id): the project's length, '/', the project, '/', the
+// id. Two projects' equal ids are two keys, and no pair of (project, id)
+// gives the key of another (the length says where the project ends).
+func projectKey(project, id string) string {
+	return strconv.Itoa(len(project)) + "/" + project + "/" + id
+}
+
+// legacyKey is the dedup key of a sample id remembered by a checkpoint
+// written before the keys held the project (Checkpoint.KeyedByProject
+// false): it matches that sample id in every project, as the check did
+// then. It never equals a projectKey (which starts with a digit).
+func legacyKey(id string) string { return "-/" + id }
+
+// dedupWindow remembers the keys (projectKey of project and sample id) of
+// the last cap samples (FIFO eviction).
 type dedupWindow struct {
 	cap  int
 	ring []string
 	next int
 	set  map[string]struct{}
+	// legacy counts the legacyKey entries in the window.
+	legacy int
 }
 
-func newDedup(capacity int, recent []string) *dedupWindow {
+// newDedup returns a window of capacity holding recent, oldest first: keys,
+// or bare sample ids when legacy (a checkpoint's from before the keys held
+// the project).
+func newDedup(capacity int, recent []string, legacy bool) *dedupWindow {
 	d := &dedupWindow{cap: capacity, set: make(map[string]struct{}, min(capacity, 1<<16))}
-	for _, id := range recent {
-		d.add(id)
+	for _, k := range recent {
+		if legacy {
+			k = legacyKey(k)
+		}
+		d.add(k)
 	}
 	return d
 }
 
-func (d *dedupWindow) has(id string) bool { _, ok := d.set[id]; return ok }
+// hasSample reports whether project's sample id is in the window (or, from
+// a legacy checkpoint, the sample id of any project).
+func (d *dedupWindow) hasSample(project, id string) bool {
+	if d.has(projectKey(project, id)) {
+		return true
+	}
+	return d.legacy > 0 && d.has(legacyKey(id))
+}
+
+func (d *dedupWindow) has(key string) bool { _, ok := d.set[key]; return ok }
 
 func (d *dedupWindow) add(id string) {
 	if d.has(id) {
 		return
 	}
+	if strings.HasPrefix(id, "-/") {
+		d.legacy++
+	}
 	if len(d.ring) < d.cap {
 		d.ring = append(d.ring, id)
 	} else {
+		if old := d.ring[d.next]; strings.HasPrefix(old, "-/") {
+			d.legacy--
+		}
 		delete(d.set, d.ring[d.next])
 		d.ring[d.next] = id
 		d.next = (d.next + 1) % d.cap
@@ -108,7 +147,7 @@ func (d *dedupWindow) add(id string) {
 	d.set[id] = struct{}{}
 }
 
-// ordered returns the ids oldest first.
+// ordered returns the keys oldest first.
 func (d *dedupWindow) ordered() []string {
 	out := make([]string, 0, len(d.ring))
 	out = append(out, d.ring[d.next:]...)

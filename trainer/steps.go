@@ -111,8 +111,9 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg, behind bool
 
 // intake sorts batch's messages for the step: it advances the frontier
 // over every message, dead-letters the undecodable and invalid ones, skips
-// duplicates (and remembers the rest in the dedup window), updates the
-// per-cell harness versions, drops the stale samples, and keeps the others
+// duplicates (and remembers the rest in the dedup window; a duplicate is
+// the same project's sample id), updates the per-(project, cell) harness
+// versions, drops the stale samples, and keeps the others
 // as held-out examples (every sample of a held-out group, heldout.go: never
 // trained; also kept in the evaluation's held-out set) or training examples
 // (also kept in the evaluation's training window).
@@ -138,18 +139,21 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 			}
 			continue
 		}
-		if t.dedup.has(s.SampleID) {
+		// Samples and cells are the project's: another project's equal
+		// sample id or cell id is another sample or cell.
+		if t.dedup.hasSample(s.Project, s.SampleID) {
 			in.dup++
 			continue
 		}
-		t.dedup.add(s.SampleID)
+		t.dedup.add(projectKey(s.Project, s.SampleID))
 		if len(t.cells) >= t.cfg.MaxCells {
 			t.cells = map[string]int32{}
 		}
-		if v, ok := t.cells[s.CellID]; !ok || s.HarnessVersionIndex > v {
-			t.cells[s.CellID] = s.HarnessVersionIndex
+		cell := projectKey(s.Project, s.CellID)
+		if v, ok := t.cells[cell]; !ok || s.HarnessVersionIndex > v {
+			t.cells[cell] = s.HarnessVersionIndex
 		}
-		sv := float64(t.cells[s.CellID] - s.HarnessVersionIndex)
+		sv := float64(t.cells[cell] - s.HarnessVersionIndex)
 		if t.cfg.MaxStaleness > 0 && sv > float64(t.cfg.MaxStaleness) {
 			in.dropped++
 			continue

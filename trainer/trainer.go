@@ -71,7 +71,7 @@ type Trainer struct {
 	trained      int64
 	offsets      map[int32]int64
 	dedup        *dedupWindow
-	cells        map[string]int32
+	cells        map[string]int32 // harness version per projectKey(project, cell)
 	heldout      []HeldoutRecord
 	rows         []stepRow
 	rowsSince    time.Time
@@ -157,7 +157,7 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 		m.SetSchedule(newLRSchedule(&cfg).at)
 		t.models = append(t.models, m)
 	}
-	t.dedup = newDedup(cfg.DedupWindow, nil)
+	t.dedup = newDedup(cfg.DedupWindow, nil, false)
 	t.modelVersion = fmt.Sprintf("%s-v0", cfg.Name)
 	reg, served := registries(o.reg)
 	m, err := newMetrics(reg)

@@ -12,10 +12,10 @@
 // that a binary older than the ledger (a rolling upgrade) recognises it and
 // leaves the schema alone.
 //
-// Migration 0004 changes sort keys, which ClickHouse cannot alter: before it
-// runs, Migrate rebuilds the event tables of an older database by copy
-// (rekey.go says how an old table is detected, what is done, and what the
-// operator does).
+// Migrations 0004 and 0007 change sort keys, which ClickHouse cannot alter:
+// before each runs, Migrate rebuilds the tables of an older database that
+// it re-keys by copy (rekey.go says how an old table is detected, what is
+// done, and what the operator does).
 package chddl
 
 import (
@@ -242,10 +242,13 @@ func migrate(ctx context.Context, s Session, database, cluster string) (Result, 
 			continue
 		}
 		reapply = true
-		if f.Version == rekeyVersion && cluster == "" {
-			if err := rekey(ctx, s, database); err != nil {
+		if cluster == "" {
+			if err := rekey(ctx, s, database, f.Version); err != nil {
 				return res, err
 			}
+		}
+		if err := addColumns(ctx, s, database, cluster, f.Version); err != nil {
+			return res, err
 		}
 		stmts, err := fileStatements(f, database, cluster, res.Dialect)
 		if err != nil {
@@ -266,9 +269,9 @@ func migrate(ctx context.Context, s Session, database, cluster string) (Result, 
 
 // Print writes every statement that Migrate applies to an empty database, in
 // dialect d, each ending with ';' at the end of a line: the database, the
-// ledger, every migration and its ledger record. The tables that migration
-// 0004 rebuilds (rekey.go) are printed with their final definitions where
-// earlier files create them, as Migrate leaves them. Applied by hand (or by other
+// ledger, every migration and its ledger record. The tables that migrations
+// 0004 and 0007 rebuild (rekey.go) are printed with their final definitions
+// where earlier files create them, as Migrate leaves them. Applied by hand (or by other
 // tooling), it leaves the database as Migrate would, and a later Migrate finds
 // nothing to do.
 func Print(w io.Writer, database string, d Dialect) error {

@@ -41,8 +41,13 @@ import (
 // '{shard}-{replica}'): every node reads the whole ledger, and migrate run
 // again from any node finds nothing to do.
 //
-// Migration 0004's rebuild of old tables (rekey.go) does not run on a
-// cluster: a cluster schema is created by this version with the final keys.
+// The rebuilds of old tables before migrations 0004 and 0007 (rekey.go) do
+// not run on a cluster: a cluster schema is created with the final keys. A
+// cluster migrated before 0007 keeps rejected_events_local keyed by
+// event_id and checkpoints_local by (model_version, event_id) (rebuilding
+// replicated tables is left to the operator); the columns 0007 adds to the
+// critic tables are added there too, ON CLUSTER, to each local table and
+// the Distributed one over it (addColumns).
 
 // LocalSuffix names the local, replicated table under each Distributed one.
 const LocalSuffix = "_local"

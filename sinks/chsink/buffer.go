@@ -20,7 +20,7 @@ type job struct {
 	rows    []row
 	bytes   int
 	pending map[tp]int64
-	cells   []chddl.CellKey // task_attempts: the cells to recompute
+	cells   []chddl.CellKey   // task_attempts: the cells to recompute
 	checks  []chddl.CellCheck // on a cluster: what verifying those cells expects
 	done    atomic.Bool
 }

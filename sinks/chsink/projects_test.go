@@ -124,3 +124,40 @@ func TestSinkKeepsTwoProjectsOnOneCellIDApart(t *testing.T) {
 		}
 	}
 }
+
+// TestSinkKeepsDeadLettersAndTheTrainersCheckpointPerProject: projA's dead
+// letter with the event id of projB's, sent later, and a
+// checkpoint_published in projA's name with the trainer's source, model
+// version and event id, sent after the trainer's, leave both of each in
+// their tables (FINAL): projB's dead letter and the trainer's checkpoint
+// row (project "") keep their contents. Before migration 0007 keyed
+// rejected_events by (project, event_id) and checkpoints by (project,
+// source, model_version, event_id), the later row replaced the other.
+func TestSinkKeepsDeadLettersAndTheTrainersCheckpointPerProject(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	dead := func(project, msg string) *schemas.Rejected {
+		r := schemas.NewRejected("processor", schemas.StageReference, "unknown_cell", msg,
+			schemas.Origin{Project: project, Topic: schemas.TopicAttempts, Partition: 1, Offset: 7, Time: at}, 0)
+		r.EventID = "dlq:" + schemas.TopicAttempts + ":1:7" // the same id for both, as a forgery would have it
+		return r
+	}
+	ckpt := func(project string, acc float64) *schemas.CheckpointPublished {
+		return &schemas.CheckpointPublished{Envelope: schemas.Envelope{EventID: "checkpoint:t-v1", EventTime: at, Project: project, Source: "trainer:t"},
+			ModelVersion: "t-v1", Step: 3, SamplesTrained: 24, Metrics: map[string]float64{"heldout_acc": acc}}
+	}
+	ch := sinkAll(t, []schemas.Event{dead("projB", "projB's attempt"), dead("projA", "forged"), ckpt("", 0.5), ckpt("projA", 0.99)})
+	_, rows, err := chx.QueryStrings(context.Background(), ch.Conn, "SELECT project, message FROM rejected_events FINAL ORDER BY project")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rows) != "[[projA forged] [projB projB's attempt]]" {
+		t.Errorf("rejected_events FINAL: %v, want projA's and projB's dead letters", rows)
+	}
+	_, rows, err = chx.QueryStrings(context.Background(), ch.Conn, "SELECT toString(metric_value) FROM checkpoints FINAL WHERE project = '' AND source = 'trainer:t'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rows) != "[[[0.5]]]" {
+		t.Errorf("the trainer's checkpoint row: %v, want heldout_acc 0.5 (a tenant's row replaced it)", rows)
+	}
+}

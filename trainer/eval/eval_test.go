@@ -603,3 +603,28 @@ func TestWriteTable(t *testing.T) {
 	}
 	t.Logf("\n%s", out)
 }
+
+// TestGroupKeyIsPerProjectLikeTrainer: the groups of two projects' samples
+// with equal campaign, seed, cell and sample ids differ; the default
+// project's names are those without a project; every name is the one the
+// trainer's split uses (trainer.GroupOf), so critic-eval reproduces it.
+func TestGroupKeyIsPerProjectLikeTrainer(t *testing.T) {
+	for _, k := range []GroupKey{ByCampaign, ByCampaignSeed, ByCell} {
+		seen := map[string]string{}
+		for _, p := range []string{"projA", "projB", schemas.DefaultProject} {
+			s := &schemas.LabeledSample{Envelope: schemas.Envelope{Project: p}, SampleID: "x", CellID: "c", CampaignID: "camp", Seed: 3}
+			g := k.Of(s)
+			if want := trainer.GroupOf(string(k), s); g != want {
+				t.Errorf("%s, project %s: %q, the trainer's %q", k, p, g, want)
+			}
+			if q, dup := seen[g]; dup {
+				t.Errorf("%s: projects %s and %s share the group %q", k, q, p, g)
+			}
+			seen[g] = p
+		}
+		def := &schemas.LabeledSample{Envelope: schemas.Envelope{Project: schemas.DefaultProject}, SampleID: "x", CellID: "c", CampaignID: "camp", Seed: 3}
+		if g, want := k.Of(def), k.Of(&schemas.LabeledSample{SampleID: "x", CellID: "c", CampaignID: "camp", Seed: 3}); g != want {
+			t.Errorf("%s: the default project's group %q, without a project %q", k, g, want)
+		}
+	}
+}

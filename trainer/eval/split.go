@@ -54,8 +54,19 @@ func ParseGroupKey(s string) (GroupKey, error) {
 // campaign is never pooled with every other such sample by accident:
 // campaign → "campaign:<id>" (else "cell:<cell>"), campaign+seed →
 // "campaign:<id>/seed:<n>" (else "cell:<cell>"), cell → "cell:<cell>"; with no
-// cell either, "sample:<id>".
+// cell either, "sample:<id>". The group of a sample of a project other than
+// the default one (schemas.DefaultProject) or none starts with
+// `project:"<project>"/` (Go-quoted): two projects' equal ids are two
+// groups (trainer.GroupOf names groups alike).
 func (k GroupKey) Of(s *schemas.LabeledSample) string {
+	g := k.of(s)
+	if s.Project == "" || s.Project == schemas.DefaultProject {
+		return g
+	}
+	return "project:" + strconv.Quote(s.Project) + "/" + g
+}
+
+func (k GroupKey) of(s *schemas.LabeledSample) string {
 	switch k {
 	case ByCampaign:
 		if s.CampaignID != "" {
