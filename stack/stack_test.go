@@ -118,10 +118,16 @@ func TestUpDemoMatchesGroundTruth(t *testing.T) {
 	if err := json.Unmarshal(b, &ep); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"brokers", "clickhouse", "ingest_url", "ingest_token", "trainer_url", "metrics_url"} {
+	for _, k := range []string{"brokers", "clickhouse", "ingest_url", "ingest_token", "trainer_url", "score_token", "metrics_url"} {
 		if ep[k] == "" {
 			t.Errorf("endpoints.json lacks %s: %s", k, b)
 		}
+	}
+	// The score token is a secret of the data dir, as the ingest tokens are.
+	if fi, err := os.Stat(filepath.Join(dir, "score-token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("score-token: %v, mode %v; want a file of mode 600", err, fi.Mode().Perm())
+	} else if tok, _ := os.ReadFile(filepath.Join(dir, "score-token")); strings.TrimSpace(string(tok)) != ep["score_token"] {
+		t.Errorf("score-token holds %q, endpoints.json says %q", tok, ep["score_token"])
 	}
 	// Up is ready (Ready was closed before RunDemo sent anything): its
 	// /readyz and the trainer's say so.
@@ -330,15 +336,30 @@ func TestUpEvaluatesCheckpoints(t *testing.T) {
 	if diffs.verdicts != diffs.rows {
 		t.Fatalf("critic_eval_diffs: %d RMSE rows, %d with both verdicts no signal yet", diffs.rows, diffs.verdicts)
 	}
-	code, body := postScoreJSON(t, s.Endpoints().TrainerURL)
+	ep := s.Endpoints()
+	if code, body := postScoreJSON(t, ep.TrainerURL, ""); code != http.StatusUnauthorized {
+		t.Fatalf("/v1/score without the score token: %d %s, want 401", code, body)
+	}
+	if code, body := postScoreJSON(t, ep.TrainerURL, "hfs_wrong"); code != http.StatusUnauthorized {
+		t.Fatalf("/v1/score with a wrong token: %d %s, want 401", code, body)
+	}
+	code, body := postScoreJSON(t, ep.TrainerURL, ep.ScoreToken)
 	if code != 200 || !strings.Contains(body, `"warming":true`) {
 		t.Fatalf("/v1/score: %d %s, want 200 and warming", code, body)
 	}
 }
 
-func postScoreJSON(t *testing.T, url string) (int, string) {
+func postScoreJSON(t *testing.T, url, token string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(`{"update":"run the tests first","kind":"skill","evolver":"opus46","agent":"opus46","benchmark":"swe"}`))
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"update":"run the tests first","kind":"skill","evolver":"opus46","agent":"opus46","benchmark":"swe"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

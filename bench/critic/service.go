@@ -279,7 +279,7 @@ func runServiceArm(ctx context.Context, cfg ServiceConfig, text bool, dataDir st
 	var version string
 	var stable time.Time
 	if err := waitFor(ctx, cfg.Timeout, 2*time.Second, out, "served checkpoint", func() (string, bool) {
-		s, err := postScore(ctx, client, ep.TrainerURL, &probe)
+		s, err := postScore(ctx, client, ep.TrainerURL, ep.ScoreToken, &probe)
 		if err != nil {
 			return err.Error(), false
 		}
@@ -308,12 +308,12 @@ func runServiceArm(ctx context.Context, cfg ServiceConfig, text bool, dataDir st
 	// Pinned to the settled checkpoint: the trainer publishes a new one
 	// whenever its frontier moved (a late or redelivered sample does),
 	// and one checkpoint must score every candidate.
-	scores, err := scoreAll(ctx, client, ep.TrainerURL+"?model_version="+url.QueryEscape(a.ModelVersion), rounds)
+	scores, err := scoreAll(ctx, client, ep.TrainerURL+"?model_version="+url.QueryEscape(a.ModelVersion), ep.ScoreToken, rounds)
 	if err != nil {
 		return nil, err
 	}
 	a.Requests = len(scores)
-	if s, err := postScore(ctx, client, ep.TrainerURL, &probe); err == nil && s.ModelVersion != a.ModelVersion {
+	if s, err := postScore(ctx, client, ep.TrainerURL, ep.ScoreToken, &probe); err == nil && s.ModelVersion != a.ModelVersion {
 		fmt.Fprintf(out, "  the trainer published %s while the candidates were scored (its frontier moved); every candidate was scored by the pinned %s\n",
 			s.ModelVersion, a.ModelVersion)
 	}
@@ -399,8 +399,8 @@ func waitFor(ctx context.Context, timeout, period time.Duration, out io.Writer, 
 	}
 }
 
-// postScore posts in to the trainer's /v1/score URL.
-func postScore(ctx context.Context, c *http.Client, url string, in *trainer.Input) (trainer.Score, error) {
+// postScore posts in to the trainer's /v1/score URL with the score token.
+func postScore(ctx context.Context, c *http.Client, url, token string, in *trainer.Input) (trainer.Score, error) {
 	var s trainer.Score
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -411,6 +411,7 @@ func postScore(ctx context.Context, c *http.Client, url string, in *trainer.Inpu
 		return s, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.Do(req)
 	if err != nil {
 		return s, err
@@ -427,7 +428,7 @@ func postScore(ctx context.Context, c *http.Client, url string, in *trainer.Inpu
 }
 
 // scoreAll posts every candidate (both wordings) once, four at a time.
-func scoreAll(ctx context.Context, c *http.Client, url string, rounds []round) (map[*trainer.Input]trainer.Score, error) {
+func scoreAll(ctx context.Context, c *http.Client, url, token string, rounds []round) (map[*trainer.Input]trainer.Score, error) {
 	var ins []*trainer.Input
 	for _, r := range rounds {
 		ins = append(ins, r.inputs...)
@@ -443,7 +444,7 @@ func scoreAll(ctx context.Context, c *http.Client, url string, rounds []round) (
 		go func() {
 			defer wg.Done()
 			for in := range work {
-				s, err := postScore(ctx, c, url, in)
+				s, err := postScore(ctx, c, url, token, in)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
