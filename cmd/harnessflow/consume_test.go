@@ -233,7 +233,7 @@ func TestConsumeShowsDeadLetterPayload(t *testing.T) {
 		origin(schemas.TopicUpdates, 6, updB[:len(updB)-10], nil), 0)
 	framed := schemas.NewRejected("sink", schemas.StageSyntax, schemas.CodeOutOfRange, "score",
 		origin(schemas.TopicAttempts, 7, attB, att), 0)
-	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})
+	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}}, producers.WithInternalTypes())
 	if err != nil {
 		t.Fatal(err)
 	}
