@@ -69,7 +69,8 @@ type Config struct {
 	MetricsListen string
 	// Device is the trainer's compute device (auto, cpu, cuda). Default: auto.
 	Device string
-	// Project is the project of the generated ingest token. Default: default.
+	// Project is the project of the generated ingest token and of the
+	// trainer's critic (trained on its samples alone). Default: default.
 	Project string
 }
 
@@ -262,6 +263,12 @@ func (s *Stack) Run(ctx context.Context) error {
 		Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database,
 		CheckpointDir: filepath.Join(cfg.DataDir, "trainer"), Device: cfg.Device, Listen: trainerLn.Addr().String(),
 		ScoreTokenFile: scoreFile,
+		// The critic is up's project's: trained on its samples alone and
+		// serving it alone (its score token is the project's). up runs one
+		// trainer, so it keeps the group and name hf-trainer. A data dir
+		// of an earlier release holds a checkpoint of all projects: up
+		// goes on from it (with a warning) rather than refusing to start.
+		Project: cfg.Project, Group: "hf-trainer", AdoptSharedCheckpoint: true,
 	}
 	obs.WarnUnauthenticated(s.sub("trainer"), "trainer", trainerLn.Addr().String(), tcfg.ScoreToken != "" || tcfg.ScoreTokenFile != "",
 		"anyone who reaches it scores candidates and rewards with the critic (POST /v1/score, /v1/rewards); give --trainer-listen 127.0.0.1:PORT")

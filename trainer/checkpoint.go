@@ -52,6 +52,11 @@ type Checkpoint struct {
 	// matched in every project until they age out and whose cell versions
 	// are dropped on restore.
 	KeyedByProject bool
+	// Project is the project whose samples the weights are trained on
+	// (Config.Project); AllProjects ("") for a trainer of every project's
+	// samples, and in files written before trainers had a project (which
+	// all were). Restore refuses a checkpoint of another project.
+	Project string
 	// Heldout is the held-out evaluation window.
 	Heldout []HeldoutRecord
 	// FirstGroup is the held-out group trained on because it came first

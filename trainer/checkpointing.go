@@ -25,6 +25,14 @@ func (t *Trainer) restore(ctx context.Context) error {
 		if ck.Topic != t.cfg.Topic || len(ck.Models) != len(t.models) {
 			return fmt.Errorf("%w: %s has topic %s and %d models, config wants %s and %d", ErrIncompatible, path, ck.Topic, len(ck.Models), t.cfg.Topic, len(t.models))
 		}
+		if ck.Project == AllProjects && t.cfg.Project != AllProjects && t.cfg.AdoptSharedCheckpoint {
+			t.log.Warn().Str("checkpoint", path).Str("project", t.cfg.Project).
+				Msg("adopting a checkpoint of all projects: other projects' samples may have shaped this model; its next checkpoint is the project's")
+		} else if ck.Project != t.cfg.Project {
+			return fmt.Errorf("%w: %s holds a model trained on %s; this trainer trains on %s: "+
+				"a model never changes project; give this trainer a checkpoint directory of its own (--checkpoint-dir), or the project of that one (--project)",
+				ErrIncompatible, path, projectDesc(ck.Project), projectDesc(t.cfg.Project))
+		}
 		t.mu.Lock()
 		for i, m := range t.models {
 			if err := m.Restore(ck.Models[i]); err != nil {
@@ -102,7 +110,7 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	idx := max(t.index, t.store.MaxIndex()) + 1
 	ck := &Checkpoint{
 		Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", t.cfg.Name, idx), Step: t.step, SamplesTrained: t.trained,
-		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells, KeyedByProject: true, FirstGroup: t.firstGroup,
+		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells, KeyedByProject: true, FirstGroup: t.firstGroup, Project: t.cfg.Project,
 		Heldout: t.heldout, CreatedAt: time.Now().UTC(),
 	}
 	for p, o := range t.offsets {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/schemas"
@@ -24,10 +26,32 @@ type Config struct {
 	// steps after a restored checkpoint are deleted from the replicated
 	// local table on every node. Default: "" (a single server).
 	Cluster string
-	// Group is the Kafka consumer group. Default: hf-trainer.
+	// Project is the one project (tenant) whose labeled samples this
+	// trainer trains on and whose clients it serves: samples of other
+	// projects are skipped before they touch any state (counted in
+	// hf_trainer_foreign_samples_total), the held-out evaluation and its
+	// critic_evals rows are the project's, checkpoints record it (one of
+	// another project, or of all, is refused on restore), and /v1/score
+	// and /v1/rewards answer 403 to a request naming another project.
+	// Samples without a project are schemas.DefaultProject's. Default: ""
+	// (AllProjects: one model trained on every project's samples and
+	// served to all, with a warning at start).
+	Project string
+	// AdoptSharedCheckpoint lets a trainer with a Project restore a
+	// checkpoint of all projects (every checkpoint written before
+	// per-project trainers): it goes on from that model, with a warning
+	// that other projects' samples may have shaped it, and its next
+	// checkpoint records Project. For up's single-project stack, whose
+	// earlier critic was shared in name only. Default: false (refused).
+	AdoptSharedCheckpoint bool
+	// Group is the Kafka consumer group. Default: hf-trainer, or
+	// hf-trainer-<Project> when Project is set (two trainers in one group
+	// would split the partitions between them).
 	Group string
-	// Name identifies this trainer in trainer_steps rows and model versions.
-	// Default: Group.
+	// Name identifies this trainer in trainer_steps rows, critic_evals
+	// rows, checkpoint sources and model versions ("<Name>-v<N>"); two
+	// trainers writing to one ClickHouse need different names. Default:
+	// Group (so hf-trainer-<Project> for a per-project trainer).
 	Name string
 	// Topic is the sample topic. Default: hf.samples.
 	Topic string
@@ -185,6 +209,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Group == "" {
 		c.Group = "hf-trainer"
+		if c.Project != "" {
+			c.Group = "hf-trainer-" + c.Project
+		}
 	}
 	if c.Name == "" {
 		c.Name = c.Group
@@ -256,6 +283,9 @@ func (c *Config) Validate() error {
 	if c.CheckpointDir == "" {
 		bad("no checkpoint directory (--checkpoint-dir)")
 	}
+	if !validProject(c.Project) {
+		bad("project %q: want a project name as in the gateway's tokens file (no spaces or control characters, at most %d bytes), or empty for all projects (--project)", c.Project, maxProjectLen)
+	}
 	if c.BatchSize < 1 || c.CheckpointEvery < 1 || c.Ensemble < 1 || c.DedupWindow < 1 || c.HeldoutWindow < 1 || c.EvalTrainWindow < 1 {
 		bad("batch size, checkpoint-every, ensemble, dedup, held-out and eval training windows must be ≥ 1")
 	}
@@ -307,4 +337,22 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// maxProjectLen bounds Config.Project (it becomes part of the consumer
+// group and the trainer's name).
+const maxProjectLen = 200
+
+// validProject says whether p may be Config.Project: empty, or a name
+// without spaces or control characters (a tokens file's project field).
+func validProject(p string) bool {
+	if len(p) > maxProjectLen || !utf8.ValidString(p) {
+		return false
+	}
+	for _, r := range p {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -69,9 +69,9 @@ type CheckpointEval struct {
 	// checkpoint (the sha256 of its file as saved).
 	Trainer, ModelVersion, CheckpointSHA256 string
 	// Project is the project whose samples the checkpoint's model is
-	// trained on, written to the critic_evals and critic_eval_diffs rows'
-	// project column: AllProjects ('') for this trainer, which trains one
-	// model on every project's samples.
+	// trained and evaluated on (Config.Project), written to the
+	// critic_evals and critic_eval_diffs rows' project column:
+	// AllProjects ('') for a trainer of every project's samples.
 	Project string
 	// Step and SamplesTrained are the checkpoint's.
 	Step, SamplesTrained int64
@@ -147,8 +147,9 @@ const (
 	evalPredictBatch = 256
 )
 
-// AllProjects is the project column of the critic_evals and
-// critic_eval_diffs rows of a model trained on every project's samples.
+// AllProjects is Config.Project of a trainer of every project's samples
+// (one shared model), and the project column of its critic_evals and
+// critic_eval_diffs rows.
 const AllProjects = ""
 
 // criticEvalsInsert writes critic_evals rows
@@ -196,7 +197,7 @@ func (t *Trainer) submitEval(ck *Checkpoint) {
 			Msg("checkpoint not evaluated: no held-out samples yet (they arrive with their groups; see --heldout-fraction)")
 		return
 	}
-	job := &CheckpointEval{Trainer: t.cfg.Name, Project: AllProjects, ModelVersion: ck.ModelVersion, CheckpointSHA256: ck.FileSHA256(),
+	job := &CheckpointEval{Trainer: t.cfg.Name, Project: t.cfg.Project, ModelVersion: ck.ModelVersion, CheckpointSHA256: ck.FileSHA256(),
 		Step: ck.Step, SamplesTrained: ck.SamplesTrained, GroupKey: t.cfg.HeldoutGroupKey,
 		Heldout: t.heldSet.snapshot(), Train: t.trainWin.snapshot()}
 	job.Model = t.predictEval(job.Heldout)

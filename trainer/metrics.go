@@ -15,6 +15,7 @@ type metrics struct {
 	acc, f1, mae                           prometheus.Gauge
 	staleV50, staleV95, staleM50, staleM95 prometheus.Gauge
 	trained, duplicates, bad, droppedStale prometheus.Counter
+	foreign                                prometheus.Counter
 	checkpoints                            prometheus.Counter
 	// Replays and the learning-rate schedule (replay.go, schedule.go).
 	optimizerSteps, learningRate      prometheus.Gauge
@@ -78,6 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		trained:      c("samples_trained_total", "Samples trained."),
 		duplicates:   c("duplicates_total", "Samples skipped as duplicates of a recent sample id of the same project."),
 		bad:          c("bad_samples_total", "Messages skipped as undecodable or invalid."),
+		foreign:      c("foreign_samples_total", "Samples of other projects than the trainer's (Config.Project, train --project), skipped before the duplicate, staleness, replay and held-out windows; always 0 for a trainer of all projects."),
 		droppedStale: c("dropped_stale_total", "Samples dropped for exceeding --max-staleness."),
 		checkpoints:  c("checkpoints_total", "Checkpoints written."),
 		optimizerSteps: g("optimizer_steps",

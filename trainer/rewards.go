@@ -47,6 +47,11 @@ type RewardsRequest struct {
 	// URL's query parameter (POST /v1/rewards?model_version=trainer-v7),
 	// which a remote-RM client sets in the reward model's URL.
 	ModelVersion json.RawMessage `json:"model_version,omitempty"`
+	// Project is the project whose critic the client means (optional; a
+	// remote-RM client that cannot add fields gives the URL's ?project=):
+	// a trainer of one project (Config.Project) answers 403 to another
+	// project's request.
+	Project string `json:"project,omitempty"`
 }
 
 // Rewards is the answer of POST /v1/rewards. OpenRLHF and LightRFT read
@@ -198,6 +203,9 @@ func (t *Trainer) handleRewards(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.ModelVersion != nil {
 		writeJSONError(w, http.StatusBadRequest, errPinInBody)
+		return
+	}
+	if !t.checkProject(w, r, req.Project) {
 		return
 	}
 	ins, unsplit, err := rewardInputs(&req)

@@ -14,6 +14,11 @@ import (
 // ?model_version= pins (serving.go).
 type ScoreRequest struct {
 	Input
+	// Project is the project whose critic the client means (optional; the
+	// URL's ?project= says the same): a trainer of one project
+	// (Config.Project) answers 403 to another project's request. Not an
+	// input of the model.
+	Project string `json:"project,omitempty"`
 	// ModelVersion is refused (400) when present: pin a version with the
 	// URL's query parameter ?model_version=, the same for /v1/rewards.
 	ModelVersion json.RawMessage `json:"model_version,omitempty"`
@@ -145,6 +150,9 @@ func (t *Trainer) handleScore(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.ModelVersion != nil {
 		writeJSONError(w, http.StatusBadRequest, errPinInBody)
+		return
+	}
+	if !t.checkProject(w, r, req.Project) {
 		return
 	}
 	if req.Update == "" {

@@ -43,6 +43,9 @@ type batchIntake struct {
 	ids               []string
 	staleV, staleM    []float64
 	bad, dup, dropped int
+	// foreign counts the samples of other projects than Config.Project,
+	// skipped before they touch any state.
+	foreign int
 }
 
 // trainBatch consumes batch (a prefix of what was read): it advances the
@@ -64,6 +67,12 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg, behind bool
 	t.metrics.duplicates.Add(float64(in.dup))
 	t.metrics.bad.Add(float64(in.bad))
 	t.metrics.droppedStale.Add(float64(in.dropped))
+	t.metrics.foreign.Add(float64(in.foreign))
+	if in.foreign > 0 && !t.foreignSeen {
+		t.foreignSeen = true
+		t.log.Info().Str("project", t.cfg.Project).Int("foreign", in.foreign).
+			Msg("skipping other projects' samples (this trainer trains on its project's alone); counted in hf_trainer_foreign_samples_total and each step's log line")
+	}
 	if len(in.train) == 0 {
 		return nil
 	}
@@ -92,7 +101,7 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg, behind bool
 	t.metrics.optimizerSteps.Set(float64(optSteps))
 	t.metrics.learningRate.Set(float64(lr))
 	ev := t.log.Info().Int64("step", t.step).Int("samples", len(in.train)).Int("heldout", len(in.held)).Int("duplicates", in.dup).
-		Int("dropped_stale", in.dropped).Int("bad", in.bad).Float64("loss", l.Total).Float64("loss_nll", l.NLL).Float64("loss_ce", l.CE).
+		Int("foreign", in.foreign).Int("dropped_stale", in.dropped).Int("bad", in.bad).Float64("loss", l.Total).Float64("loss_nll", l.NLL).Float64("loss_ce", l.CE).
 		Float64("heldout_acc", hm.Acc).Float64("heldout_macro_f1", hm.MacroF1).Float64("heldout_mae", hm.MAE).
 		Float64("staleness_versions_p95", row.sv95).Float64("staleness_model_p95", row.sm95).
 		Int("replayed", rs.examples).Int("replay_steps", rs.steps).Int("optimizer_steps", optSteps).Float32("next_lr", lr)
@@ -132,6 +141,13 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 			continue
 		}
 		s := m.s
+		// Another project's sample (a per-project trainer): skipped
+		// before the duplicate, staleness, replay and held-out windows,
+		// and not dead-lettered (it is valid or not for its own trainer).
+		if t.foreign(s) {
+			in.foreign++
+			continue
+		}
 		if fe := checkSample(s); fe != nil {
 			in.bad++
 			if err := t.rejectInvalid(ctx, m, fe); err != nil {

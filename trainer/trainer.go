@@ -83,6 +83,8 @@ type Trainer struct {
 	// restored says the lineage comes from a checkpoint: a partition absent
 	// from offsets then has nothing of it in the weights (see startGeneration).
 	restored bool
+	// foreignSeen: another project's sample was skipped (logged once).
+	foreignSeen bool
 
 	// heldSet is the held-out set of the checkpoint evaluation (the last
 	// HeldoutWindow samples of held-out groups) and trainWin the training
@@ -147,6 +149,13 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 		t.device = t.be.Name() + " (given)"
 	}
 	t.log.Info().Str("device", t.device).Msg("compute backend chosen")
+	if cfg.Project == AllProjects {
+		t.log.Warn().Str("trainer", cfg.Name).
+			Msg("no project (--project): one model is trained on every project's samples and serves them all, so one tenant's samples steer the critic that scores another's; run a trainer per project with --project P where tenants do not trust each other")
+	} else {
+		t.log.Info().Str("trainer", cfg.Name).Str("project", cfg.Project).Str("group", cfg.Group).
+			Msg("per-project trainer: trains on and serves this project's samples alone")
+	}
 	for i := 0; i < cfg.Ensemble; i++ {
 		mc := cfg.Model
 		mc.Seed = cfg.Seed + uint64(i)

@@ -45,6 +45,13 @@ LightRFT's protocol; trainer/README.md); with --score-token-file both require
 while the process runs; /readyz answers 503 naming what is unreachable while no
 Kafka broker or ClickHouse answers.
 
+Tenants: without --project one model is trained on every project's samples and serves
+them all (a warning says so at start). With --project P the trainer trains on project
+P's samples alone (consumer group and name hf-trainer-P unless --group is given; its
+checkpoint directory must be its own), its critic_evals rows carry P, and /v1/score and
+/v1/rewards answer 403 to a request naming another project (body field "project" or
+?project=): its score token is project P's. Run one trainer per project.
+
 Held-out evaluation: every sample of a held-out group (--heldout-group-key, default
 campaign+seed, so the sibling samples of a round stay together; --heldout-fraction of
 the groups, by hash) is never trained on. At each checkpoint the checkpoint's model is
@@ -119,7 +126,8 @@ evaluations, and resume when new samples improve it or refill the window.`,
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM key file of --tls-cert")
 	f.StringVar(&cfg.ScoreTokenFile, "score-token-file", "", "file whose first line is the bearer token POST /v1/score and /v1/rewards require (mode 600; /metrics, /healthz and /readyz stay open; empty: both are open)")
 	f.StringVar(&cfg.Device, "device", d.Device, "compute backend: auto, cpu or cuda")
-	f.StringVar(&cfg.Group, "group", d.Group, "Kafka consumer group")
+	f.StringVar(&cfg.Project, "project", "", "train on and serve this project's samples alone (samples of others are skipped and counted in hf_trainer_foreign_samples_total; /v1/score and /v1/rewards answer 403 to a request naming another project; the score token is this project's); empty: one model of every project's samples, shared by all")
+	f.StringVar(&cfg.Group, "group", "", "Kafka consumer group, also the trainer's name in trainer_steps, critic_evals and model versions (empty: "+d.Group+", or "+d.Group+"-PROJECT with --project)")
 	f.IntVar(&cfg.BatchSize, "batch-size", d.BatchSize, "samples per step")
 	f.StringVar(&memLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (debug.SetMemoryLimit): auto (on the CPU backend the model's tensors + 128MiB, so that the GC's heap target does not double the tensors; none on a device or when GOMEMLIMIT is set), off, or a size such as 1GiB or 512MiB")
 	f.IntVar(&nice, "nice", 10, "CPU scheduling nice value, 0 to 19: the trainer runs behind the processors, the sink and ClickHouse when they share the CPUs (0 keeps the normal priority)")
