@@ -25,7 +25,8 @@ func init() { register(newSinkCmd) }
 func newSinkCmd() *cobra.Command {
 	var brokers, addr, database, group, listen, cluster string
 	var maxRows, maxBytes int
-	var maxAge time.Duration
+	var maxAge, verifyDelay time.Duration
+	var recomputeWorkers int
 	cmd := &cobra.Command{
 		Use:   "sink",
 		Short: "Write every raw and derived topic to its ClickHouse table",
@@ -57,6 +58,7 @@ the sink uses the first that answers.`,
 			s, err := chsink.New(chsink.Config{
 				Brokers: kafkax.ParseBrokers(brokers), ClickHouse: addr, Database: database, Cluster: cluster, Group: group,
 				MaxRows: maxRows, MaxBytes: maxBytes, MaxAge: maxAge,
+				RecomputeWorkers: recomputeWorkers, VerifyDelay: verifyDelay,
 			}, chsink.WithLogger(log), chsink.WithRegisterer(reg))
 			if err != nil {
 				return withCode(2, err)
@@ -90,6 +92,8 @@ the sink uses the first that answers.`,
 	cmd.Flags().IntVar(&maxRows, "max-rows", d.MaxRows, "rows per insert at most (per table)")
 	cmd.Flags().IntVar(&maxBytes, "max-bytes", d.MaxBytes, "message bytes per insert at most (per table)")
 	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old")
+	cmd.Flags().IntVar(&recomputeWorkers, "recompute-workers", d.RecomputeWorkers, "projects whose cell_scores are recomputed at once (one project per worker: a project with huge cells delays the others only while this many such projects recompute)")
+	cmd.Flags().DurationVar(&verifyDelay, "verify-delay", d.VerifyDelay, "with --cluster: check recomputed cell_scores against their attempts this long after, and repair those a replica's lag left short (doubling waits up to 30s)")
 	return cmd
 }
 

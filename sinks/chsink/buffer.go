@@ -8,21 +8,28 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // job is one table buffer handed to the inserter, with its lowest offset
 // per partition: those offsets are not committed before the job is done
 // (inserted and, for task_attempts, its cells' cell_scores recomputed).
+// Once a task_attempts job is inserted, its parts (one per project,
+// recompute.go) hold its partitions instead, each at its own lowest offset
+// until it is done.
 type job struct {
 	t       *table
 	rows    []row
 	bytes   int
 	pending map[tp]int64
-	cells   []chddl.CellKey   // task_attempts: the cells to recompute
-	checks  []chddl.CellCheck // on a cluster: what verifying those cells expects
 	done    atomic.Bool
+
+	// task_attempts with recomputation: parts is set by the inserter
+	// before it sets inserted, and read by the loop only after it sees
+	// inserted; left counts the parts not done.
+	parts    []*part
+	left     atomic.Int32
+	inserted atomic.Bool
 }
 
 // tp is a topic partition.
@@ -162,7 +169,9 @@ func (s *Sink) pruneAwaiting() {
 
 // commit commits, per partition, the highest offset below every buffered
 // (uncommitted) row of that partition in any table, or of an insert whose
-// cell_scores recomputation is not done.
+// cell_scores recomputation is not done (for an inserted task_attempts job,
+// below the rows of its parts not done: another project's slow cells hold
+// only the partitions their rows are in).
 func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
 	s.pruneAwaiting()
 	var msgs []kafka.Message
@@ -174,8 +183,16 @@ func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
 			}
 		}
 		for _, j := range s.awaiting {
-			if lo, ok := j.pending[k]; ok && lo-1 < upto {
-				upto = lo - 1
+			if !j.inserted.Load() {
+				if lo, ok := j.pending[k]; ok && lo-1 < upto {
+					upto = lo - 1
+				}
+				continue
+			}
+			for _, p := range j.parts {
+				if lo, ok := p.pending[k]; ok && lo-1 < upto && !p.done.Load() {
+					upto = lo - 1
+				}
 			}
 		}
 		if c, ok := s.committed[k]; (ok && upto <= c) || upto < 0 {

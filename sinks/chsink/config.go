@@ -53,6 +53,11 @@ type Config struct {
 	// matter; offsets are still committed only below every batch not done.
 	// Default: 2.
 	Inserters int
+	// RecomputeWorkers is how many projects' cell_scores may be recomputed
+	// at once, one project per worker (recompute.go): a project whose
+	// cells are slow to recompute delays the other projects only while
+	// this many such projects recompute at once. Default: 4.
+	RecomputeWorkers int
 	// InsertTimeout bounds one insert attempt. Default: 60s.
 	InsertTimeout time.Duration
 	// RetryMaxElapsed bounds the retries of one failing insert (ClickHouse
@@ -121,6 +126,9 @@ func (c *Config) setDefaults() {
 	if c.Inserters == 0 {
 		c.Inserters = 2
 	}
+	if c.RecomputeWorkers == 0 {
+		c.RecomputeWorkers = 4
+	}
 	if c.InsertTimeout == 0 {
 		c.InsertTimeout = 60 * time.Second
 	}
@@ -156,7 +164,7 @@ func (c *Config) Validate(haveWriter bool) error {
 	if strings.TrimSpace(c.ClickHouse) == "" && !haveWriter {
 		errs = append(errs, ErrNoClickHouse)
 	}
-	if c.MaxRows < 0 || c.MaxBytes < 0 || c.MaxAge < 0 || c.MaxBufferedRows < 0 || c.Inserters < 0 {
+	if c.MaxRows < 0 || c.MaxBytes < 0 || c.MaxAge < 0 || c.MaxBufferedRows < 0 || c.Inserters < 0 || c.RecomputeWorkers < 0 {
 		errs = append(errs, ErrBadLimits)
 	}
 	for _, t := range c.Topics {

@@ -12,7 +12,7 @@ var (
 	// ErrNoClickHouse: Config.ClickHouse is empty.
 	ErrNoClickHouse = errors.New("chsink: no ClickHouse address given (--clickhouse host:port, native protocol)")
 	// ErrBadLimits: a batching limit is negative.
-	ErrBadLimits = errors.New("chsink: MaxRows, MaxBytes, MaxAge and MaxBufferedRows must not be negative")
+	ErrBadLimits = errors.New("chsink: MaxRows, MaxBytes, MaxAge, MaxBufferedRows, Inserters and RecomputeWorkers must not be negative")
 )
 
 // CodeRefused is the reason code of a dead letter (a rejected_events row,

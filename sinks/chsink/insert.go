@@ -7,25 +7,24 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
-	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // inserter inserts jobs (Config.Inserters of them run at once), retrying
 // with bounded backoff (every attempt builds a fresh batch from the job's
-// rows), then marks them done or, for task_attempts when recompute is set,
-// hands them to the recomputer. After any worker's failure the workers only
-// drain jobs; the first error is reported.
-func (s *Sink) inserter(ctx context.Context, recompute bool) {
+// rows), then marks them done or, for task_attempts when rq is not nil,
+// queues their parts for recomputation (recompute.go). After any worker's
+// failure the workers only drain jobs; the first error is reported.
+func (s *Sink) inserter(ctx context.Context, rq *recomputeQueue) {
 	for j := range s.ins {
-		s.insert(ctx, j, recompute)
+		s.insert(ctx, j, rq)
 		s.inflight.Add(-1)
 	}
 }
 
-// insert inserts one job and marks it done or hands it to the recomputer.
-func (s *Sink) insert(ctx context.Context, j *job, recompute bool) {
+// insert inserts one job and marks it done or queues its parts for
+// recomputation.
+func (s *Sink) insert(ctx context.Context, j *job, rq *recomputeQueue) {
 	// After any worker's failure, jobs are only drained.
 	if s.failed.Load() {
 		return
@@ -58,21 +57,23 @@ func (s *Sink) insert(ctx context.Context, j *job, recompute bool) {
 	s.addStats(func(st *Stats) { st.Rows += int64(n); st.Inserts++ })
 	s.log.Debug().Str("table", t.name).Int("rows", n).Int("bytes", j.bytes).Int("attempts", attempts).
 		Dur("took", time.Since(start)).Msg("inserted")
-	if recompute && t == tAttempts {
-		j.cells = attemptCells(j.rows)
-		if s.verifying {
-			j.checks = attemptChecks(j.rows)
-		}
-	}
-	j.rows = nil // let the events be freed
-	if j.cells == nil {
+	if rq == nil || t != tAttempts {
+		j.rows = nil // let the events be freed
 		s.markDone(j)
 		return
 	}
-	select {
-	case s.recs <- j:
-	case <-ctx.Done():
-		s.fail(&InsertError{Table: "cell_scores", Rows: len(j.cells), Err: ctx.Err()})
+	// The parts are set before inserted: commit reads them once it sees
+	// inserted (recompute.go).
+	j.parts = attemptParts(j, j.rows, s.verifying)
+	j.left.Store(int32(len(j.parts)))
+	j.inserted.Store(true)
+	j.rows = nil
+	if len(j.parts) == 0 {
+		s.markDone(j)
+		return
+	}
+	if !s.enqueueParts(ctx, rq, j) {
+		s.fail(&InsertError{Table: "cell_scores", Rows: len(j.parts), Err: ctx.Err()})
 	}
 }
 
@@ -121,98 +122,4 @@ func (s *Sink) retry(ctx context.Context, tableName string, n int, what string, 
 			Msg(what + " failed; fetching paused, retrying")
 	})
 	return attempts, err
-}
-
-// coalescePoll is how often a waiting recomputer checks for inserts in flight.
-const coalescePoll = 5 * time.Millisecond
-
-// recomputer recomputes the cell_scores of the jobs' cells, one statement
-// set for every job queued meanwhile or inserted while it waited (coalesced,
-// at most MaxAge of waiting), then marks them done. After
-// a failure it reports the error once and only drains jobs.
-func (s *Sink) recomputer(ctx context.Context, cs CellScorer) {
-	for first := range s.recs {
-		if s.failed.Load() {
-			continue
-		}
-		// Coalesce: while inserts are still in flight (a sustained load),
-		// wait for them, up to MaxAge, so that one recomputation covers
-		// several inserts instead of competing with each of them.
-		batch := []*job{first}
-		deadline := time.Now().Add(s.cfg.MaxAge)
-		var wait *time.Timer
-	more:
-		for {
-			select {
-			case j, ok := <-s.recs:
-				if !ok {
-					break more
-				}
-				batch = append(batch, j)
-				continue
-			default:
-			}
-			if s.inflight.Load() == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-				break more
-			}
-			if wait == nil {
-				wait = time.NewTimer(coalescePoll)
-			} else {
-				wait.Reset(coalescePoll)
-			}
-			select {
-			case j, ok := <-s.recs:
-				if !ok {
-					break more
-				}
-				batch = append(batch, j)
-			case <-wait.C:
-			case <-ctx.Done():
-			}
-		}
-		if wait != nil {
-			wait.Stop()
-		}
-		seen := map[chddl.CellKey]struct{}{}
-		var list []chddl.CellKey
-		for _, j := range batch {
-			for _, c := range j.cells {
-				if _, dup := seen[c]; !dup {
-					seen[c] = struct{}{}
-					list = append(list, c)
-				}
-			}
-		}
-		t0 := time.Now()
-		attempts, err := s.retry(ctx, "cell_scores", len(list), "recompute", func(ictx context.Context) error {
-			return cs.RecomputeCellScores(ictx, list)
-		})
-		if err != nil {
-			s.fail(&InsertError{Table: "cell_scores", Rows: len(list), Attempts: attempts, Err: err})
-			continue
-		}
-		s.m.latency.WithLabelValues("cell_scores").Observe(time.Since(t0).Seconds())
-		s.log.Debug().Int("cells", len(list)).Int("batches", len(batch)).Dur("took", time.Since(t0)).Msg("cell_scores recomputed")
-		for _, j := range batch {
-			s.expectVerify(j.checks) // before the offsets can be committed
-			s.markDone(j)
-		}
-	}
-}
-
-// attemptCells returns the distinct cells, (project, cell id), of
-// task_attempts rows.
-func attemptCells(rows []row) []chddl.CellKey {
-	seen := map[chddl.CellKey]struct{}{}
-	var out []chddl.CellKey
-	for _, r := range rows {
-		if a, ok := r.ev.(*schemas.TaskAttempt); ok {
-			k := chddl.CellKey{Project: a.Project, CellID: a.CellID}
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
-				out = append(out, k)
-			}
-		}
-	}
-	return out
 }

@@ -39,12 +39,12 @@ func (s *Sink) startFetcher(ctx context.Context, r *kafka.Reader) (msgs <-chan k
 
 // startWorkers starts the workers: the inserters take full buffers
 // (Inserters in flight, one queued: decoding overlaps the inserts, and
-// blocked inserts stop the loop, hence fetching), the recomputer the
-// inserted attempts' cells. They outlive the run's context (the drain waits
-// for them) and stop when the returned function is called, as the run ends.
+// blocked inserts stop the loop, hence fetching), the recompute workers the
+// inserted attempts' cells, one project at a time each (recompute.go). They
+// outlive the run's context (the drain waits for them) and stop when the
+// returned function is called, as the run ends.
 func (s *Sink) startWorkers() (stop func()) {
 	s.ins = make(chan *job, 1)
-	s.recs = make(chan *job, 8)
 	s.doneNote = make(chan struct{}, 1)
 	s.workErr = make(chan error, 1)
 	wctx, stopWork := context.WithCancel(context.Background())
@@ -53,13 +53,20 @@ func (s *Sink) startWorkers() (stop func()) {
 	// On a cluster the recomputed cells are verified (verify.go).
 	cv, canVerify := s.w.(CellVerifier)
 	s.verifying = canVerify && cs != nil && s.cfg.Cluster != ""
+	var rq *recomputeQueue
+	if cs != nil {
+		rq = newRecomputeQueue()
+		s.rq.Store(rq)
+	}
 	for i := 0; i < max(1, s.cfg.Inserters); i++ {
 		insWG.Add(1)
-		go func() { defer insWG.Done(); s.inserter(wctx, cs != nil) }()
+		go func() { defer insWG.Done(); s.inserter(wctx, rq) }()
 	}
-	if cs != nil {
-		recWG.Add(1)
-		go func() { defer recWG.Done(); s.recomputer(wctx, cs) }()
+	if rq != nil {
+		for i := 0; i < max(1, s.cfg.RecomputeWorkers); i++ {
+			recWG.Add(1)
+			go func() { defer recWG.Done(); s.recomputeWorker(wctx, cs, rq) }()
+		}
 	}
 	if s.verifying {
 		insWG.Add(1)
@@ -69,8 +76,11 @@ func (s *Sink) startWorkers() (stop func()) {
 		close(s.ins)
 		stopWork()
 		insWG.Wait()
-		close(s.recs)
-		recWG.Wait()
+		if rq != nil {
+			rq.close()
+			recWG.Wait()
+			s.rq.Store(nil)
+		}
 	}
 }
 

@@ -18,9 +18,16 @@ type sinkMetrics struct {
 	unverified        prometheus.Gauge
 	repairs           prometheus.Counter
 	unverifiedDropped prometheus.Counter
+	// queuedCells, queuedProjects, busyWorkers, oldestWait and
+	// recomputeLag follow the per-project recompute queue (recompute.go).
+	queuedCells    prometheus.Gauge
+	queuedProjects prometheus.Gauge
+	busyWorkers    prometheus.Gauge
+	oldestWait     prometheus.GaugeFunc
+	recomputeLag   prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) *sinkMetrics {
+func newMetrics(reg prometheus.Registerer, oldestWait func() float64) *sinkMetrics {
 	m := &sinkMetrics{
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hf_sink_rows_inserted_total", Help: "Rows inserted into ClickHouse, per table.",
@@ -53,9 +60,26 @@ func newMetrics(reg prometheus.Registerer) *sinkMetrics {
 		unverifiedDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hf_sink_cell_scores_unverified_dropped_total", Help: "Cells dropped unverified because more than MaxUnverified awaited verification.",
 		}),
+		queuedCells: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hf_sink_cell_scores_queued_cells", Help: "Cells of inserted attempts queued for their cell_scores recomputation (not counting those being recomputed).",
+		}),
+		queuedProjects: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hf_sink_cell_scores_queued_projects", Help: "Projects with cells queued for, or in, a cell_scores recomputation.",
+		}),
+		busyWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hf_sink_cell_scores_busy_workers", Help: "Recompute workers recomputing a project's cells now (of RecomputeWorkers; one project per worker).",
+		}),
+		oldestWait: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hf_sink_cell_scores_oldest_wait_seconds", Help: "Age of the oldest inserted attempt batch whose cells' cell_scores are not recomputed yet, over all projects (0: none waits).",
+		}, oldestWait),
+		recomputeLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "hf_sink_cell_scores_lag_seconds", Help: "Time from a batch's attempts inserted to their project's cell_scores written (its offsets commit after).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered, m.kafkaRestarts, m.commitLag, m.unverified, m.repairs, m.unverifiedDropped)
+		reg.MustRegister(m.rows, m.latency, m.retries, m.rejected, m.buffered, m.kafkaRestarts, m.commitLag, m.unverified, m.repairs, m.unverifiedDropped,
+			m.queuedCells, m.queuedProjects, m.busyWorkers, m.oldestWait, m.recomputeLag)
 	}
 	return m
 }

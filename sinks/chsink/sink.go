@@ -19,9 +19,24 @@
 // one queued), so decoding overlaps inserting and one batch's client-side
 // encoding overlaps another's server-side write. After each task_attempts insert the sink
 // recomputes the cell_scores summaries of that insert's cells
-// (chddl.RecomputeCellScores, in a second goroutine that coalesces queued
-// cells); a batch's offsets are committed only once it is inserted and, for
-// attempts, summarized.
+// (chddl.RecomputeCells); a batch's offsets are committed only once it is
+// inserted and, for attempts, summarized.
+//
+// Recomputations are isolated per project (recompute.go): an inserted batch
+// is split by project, each project's cells wait in its own queue, and
+// Config.RecomputeWorkers workers (default 4) take one project each at a
+// time, coalescing every batch queued for it into one recomputation. A
+// project whose cells are huge (a recomputation's cost grows with a cell's
+// attempts) holds one worker, so other projects' summaries are written, and
+// their partitions committed, without waiting for it; a partition is held
+// only below the rows of a project not yet summarized. At most
+// maxRecomputeJobs (64) inserted batches await recomputation; past that the
+// inserts, and fetching, wait. hf_sink_cell_scores_queued_cells,
+// hf_sink_cell_scores_queued_projects, hf_sink_cell_scores_busy_workers,
+// hf_sink_cell_scores_oldest_wait_seconds and the histogram
+// hf_sink_cell_scores_lag_seconds (insert to summary written) show the queue;
+// all workers busy with a rising oldest wait means more projects are slow
+// than there are workers.
 package chsink
 
 import (
@@ -60,10 +75,9 @@ type Sink struct {
 	committed map[tp]int64 // highest offset committed per partition
 	awaiting  []*job       // handed to the inserter, not done yet, in order
 
-	// The workers (inserter, recomputer): jobs in, done flags, a note on
-	// progress and the first error of each out.
+	// The workers (inserters, recompute workers): jobs in, done flags, a
+	// note on progress and the first error of each out.
 	ins      chan *job
-	recs     chan *job
 	doneNote chan struct{}
 	workErr  chan error
 	failed   atomic.Bool  // a worker failed: the others only drain jobs
@@ -77,6 +91,10 @@ type Sink struct {
 	// dlq writes the dead letters of rows ClickHouse refuses to hf.dlq
 	// (set by runOnce before its workers start).
 	dlq *kafka.Writer
+
+	// rq is the running consumer's recompute queue (recompute.go), nil
+	// when none runs; the metrics read its depth.
+	rq atomic.Pointer[recomputeQueue]
 
 	// verify is the cells awaiting verification on a cluster (verify.go);
 	// it outlives a consumer restart.
@@ -103,6 +121,9 @@ type Stats struct {
 	// through a cluster, awaits verification now; Repairs the cells
 	// recomputed again because it found them short (verify.go).
 	Unverified, Repairs int64
+	// RecomputeQueued is the cells of inserted attempts queued for their
+	// cell_scores recomputation now (not counting those being recomputed).
+	RecomputeQueued int64
 }
 
 // New checks cfg and returns a Sink; it connects to nothing until Run.
@@ -116,7 +137,13 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		return nil, err
 	}
 	s.cfg = cfg
-	s.m = newMetrics(s.reg)
+	s.m = newMetrics(s.reg, func() float64 {
+		if q := s.rq.Load(); q != nil {
+			_, _, _, oldest := q.depth(time.Now())
+			return oldest.Seconds()
+		}
+		return 0
+	})
 	return s, nil
 }
 
