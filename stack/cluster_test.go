@@ -50,7 +50,7 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	single := testenv.ClickHouse(t)
 	kb := testenv.Kafka(t)
 	brokers := []string{kb.Addr()}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	t.Logf("cluster, server and broker up in %s", time.Since(start).Round(time.Millisecond))
 

@@ -2,7 +2,6 @@ package stack
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/harnessflow/harnessflow/internal/testenv"
 )
 
 // otlpTraceJSON is an OTLP/JSON export of one trace: three invoke_agent
@@ -48,7 +49,7 @@ func TestUpOTLPTraceReachesClickHouse(t *testing.T) {
 	s, _ := startStack(t, t.TempDir())
 	ep := s.Endpoints()
 	conn := s.ClickHouseConn()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	scalar := func(q string) uint64 {
 		t.Helper()

@@ -99,7 +99,7 @@ func TestUpDemoMatchesGroundTruth(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := startStack(t, dir)
 	cfg := demoConfig()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	r, err := s.RunDemo(ctx, cfg, io.Discard, 4*time.Minute)
 	if err != nil {
@@ -219,7 +219,7 @@ func (c *cancelAtHalf) Write(p []byte) (int, error) {
 func TestUpRestartDuringDemo(t *testing.T) {
 	cfg := demoConfig()
 	cfg.Campaign = "restart"
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 
 	// Uninterrupted reference.
@@ -278,7 +278,7 @@ func numbers(r *report.Report) string {
 // that evaluation, with the same evaluated_at), and /v1/score stays
 // warming.
 func TestUpEvaluatesCheckpoints(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	cfg := demoConfig()
 	cfg.Campaign = "evals"

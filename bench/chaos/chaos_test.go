@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/harnessflow/harnessflow/bench/fleet"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 )
 
 // ciConfig is the CI-sized campaign: a small generated campaign produced
@@ -71,7 +72,7 @@ func runCI(t *testing.T, ctx context.Context, cfg Config) *Report {
 // TestRestartInAnotherMergeOrderLosesNothing, a broker restart changed
 // samples with this very seed.)
 func TestChaosCampaignCI(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	rep := runCI(t, ctx, ciConfig(t, ctx))
 	if !rep.SamplesEqual {

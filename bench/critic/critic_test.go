@@ -2,11 +2,10 @@ package critic
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer"
 	"github.com/harnessflow/harnessflow/trainer/eval"
@@ -32,7 +31,7 @@ func tinyConfig() Config {
 // the training loss, and report the model with the five baselines; the
 // control's samples are the text-on samples with other update text.
 func TestRunOnAndOff(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	var out bytes.Buffer
 	arms, err := Run(ctx, tinyConfig(), &out)

@@ -2,12 +2,11 @@ package critic
 
 import (
 	"bytes"
-	"context"
 	"math"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/trainer"
 	"github.com/harnessflow/harnessflow/trainer/eval"
@@ -35,7 +34,7 @@ func tinyLoopConfig() LoopConfig {
 // round per cell), the oracle is the same in both arms (the control keeps
 // the effects) and above the critic's gain, and the output names the goal.
 func TestRunLoop(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	var out bytes.Buffer
 	arms, err := RunLoop(ctx, tinyLoopConfig(), &out)

@@ -2,10 +2,11 @@ package critic
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/harnessflow/harnessflow/internal/testenv"
 )
 
 // TestRunService: the training campaigns go through the up stack (producer,
@@ -14,7 +15,7 @@ import (
 // (its version and sha256 named), with the loop's figures for both picks.
 // About 40 s: most of it is waiting for the trainer's interval checkpoint.
 func TestRunService(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	var out bytes.Buffer
 	cfg := ServiceConfig{TrainSeeds: []int64{1, 2, 3, 4, 5, 6}, HeldoutSeeds: []int64{7, 8},

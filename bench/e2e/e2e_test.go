@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -20,7 +19,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // (embedded broker, clickhouse-server, the real process/sink/train children)
 // and checks what it asserts and records.
 func TestRunSmall(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	bin, err := fleet.BuildBinary(ctx, t.TempDir())
 	if err != nil {

@@ -12,13 +12,14 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 )
 
 // TestClusterLifecycle starts the co-located cluster with real children,
 // restarts the broker on its data dir and ClickHouse on its ports, and sees
 // every child come up and stop cleanly.
 func TestClusterLifecycle(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	bin, err := BuildBinary(ctx, t.TempDir())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/broker"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 )
 
 // startBroker starts an embedded broker with every topic, closed at the
@@ -62,7 +63,7 @@ func BenchmarkProcess(b *testing.B) {
 // a later run must not count an earlier one's), and the rates are positive.
 func TestProcessRelayFloor(t *testing.T) {
 	addr := startBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	client := kafkax.NewClient([]string{addr})
 	var total int64

@@ -2,11 +2,10 @@ package stages
 
 import (
 	"bytes"
-	"context"
 	"regexp"
 	"testing"
-	"time"
 
+	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/trainer"
 )
 
@@ -14,7 +13,7 @@ import (
 // 200 answer to every /v1/score request (the trainer serves only published
 // checkpoints, so the bench must publish one first), printing both figures.
 func TestTrainBenchServesScores(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	var out bytes.Buffer
 	err := Train(ctx, TrainConfig{Device: "cpu", BatchSize: 32, Steps: 3, Requests: 20,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -54,7 +53,7 @@ func TestMigratePrintCluster(t *testing.T) {
 			n++
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	conn, err := chx.Open(ctx, cl.Node(2, 1).Addr(), "", chx.Cluster())
 	if err != nil {

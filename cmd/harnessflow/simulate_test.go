@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/harnessflow/harnessflow/internal/testenv"
 )
@@ -17,7 +15,9 @@ import (
 // stdout and stderr.
 func simRunCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// The command runs as long as the suite allows: a bench at tiny scale
+	// took over a minute beside a CPU hog.
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	root := newRoot()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/harnessflow/harnessflow/internal/chx"
 
@@ -78,7 +77,7 @@ func TestFilesAreNumberedAndSplit(t *testing.T) {
 
 func TestMigrateTwiceKeepsOneLedgerRowPerFile(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	db := ch.Database + "_hf" // Migrate creates the database itself
 	if _, err := chddl.Migrate(ctx, chx.Session(ch.Conn), db); err != nil {
@@ -119,7 +118,7 @@ func TestMigrateTwiceKeepsOneLedgerRowPerFile(t *testing.T) {
 
 func TestMigrateRecoversFromInterruption(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	// Interrupted in the middle of 0002: its first half ran, nothing recorded.
 	views := chddl.Files()[1]

@@ -115,7 +115,7 @@ func TestDeadLettersAndCheckpointsKeepTheirProject(t *testing.T) {
 func TestMigrate0007UpgradesADatabaseWithRows(t *testing.T) {
 	for _, e := range bothEngines(t) {
 		t.Run(e.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := testenv.Context(t)
 			defer cancel()
 			asOf0006(ctx, t, e)
 			for i, p := range []string{"p", "q", "p"} {

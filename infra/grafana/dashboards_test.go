@@ -6,7 +6,6 @@
 package grafana_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -328,7 +327,7 @@ func TestDashboardSQLRunsOnBothEngines(t *testing.T) {
 	if len(sqls) == 0 {
 		t.Fatal("no ClickHouse queries")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 
 	old := testenv.ClickHouse(t)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/harnessflow/harnessflow/internal/broker"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -52,7 +53,7 @@ func TestMemberKilledMidJoinIsEvicted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{ID: "g", Brokers: []string{b.Addr()}, Topics: []string{"t"},

@@ -13,10 +13,11 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/chserver"
 	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 )
 
 func TestStartKillRestartKeepsData(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	srv, err := chserver.Start(ctx, chserver.Config{DataDir: t.TempDir()})
 	if err != nil {
@@ -125,7 +126,7 @@ func TestStartReportsServerErrorsWithLogTail(t *testing.T) {
 	}
 	defer l.Close()
 	busy := l.Addr().(*net.TCPAddr).Port
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	srv, err := chserver.Start(ctx, chserver.Config{DataDir: t.TempDir(), TCPPort: busy})
 	if err == nil {

@@ -1,7 +1,6 @@
 package chx_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -31,7 +30,7 @@ func writeCert(t *testing.T, dir string) (cert, key string) {
 // certificate fail at once (no ping retries) with the flags to fix.
 func TestOpenPasswordAndTLS(t *testing.T) {
 	t.Cleanup(func() { _ = chx.Configure(chx.Security{}) })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	dir := t.TempDir()
 	cert, key := writeCert(t, dir)

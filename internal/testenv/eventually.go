@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -57,4 +58,19 @@ func WhileProgressing(t testing.TB, stall, max time.Duration, what string, poll 
 			t.Fatalf("waited %s (the most allowed) for %s; last state: %s", max, what, state)
 		}
 	}
+}
+
+// Context returns a context that ends a minute before the test binary's
+// deadline (go test -timeout; never without one), and its cancel. A test's
+// whole run then gets what the suite allows on a loaded machine, not a
+// fixed budget measured on an idle one, and still ends with its own message
+// before the binary's panic; the waits inside it are on conditions
+// (WhileProgressing, Eventually).
+func Context(t testing.TB) (context.Context, context.CancelFunc) {
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if at, ok := d.Deadline(); ok {
+			return context.WithDeadline(context.Background(), at.Add(-time.Minute))
+		}
+	}
+	return context.WithCancel(context.Background())
 }

@@ -157,7 +157,7 @@ func TestPythonSDK(t *testing.T) {
 	}
 	report := filepath.Join(t.TempDir(), "report")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-s", "tests", "-v")
 	cmd.Env = append(os.Environ(),

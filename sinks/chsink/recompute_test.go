@@ -117,7 +117,7 @@ func TestSinkRecomputesOtherProjectsWhileOneIsSlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -1,7 +1,6 @@
 package chsink_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,7 +26,7 @@ func TestRowClickHouseRefusesIsDeadLettered(t *testing.T) {
 	broker := testenv.Kafka(t)
 	ch := testenv.ClickHouse(t)
 	brokers := []string{broker.Addr()}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	if _, err := chddl.Migrate(ctx, chx.Session(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
@@ -97,7 +96,7 @@ func TestSinkStopsWhenEveryRowIsRefused(t *testing.T) {
 	broker := testenv.Kafka(t)
 	ch := testenv.ClickHouse(t)
 	brokers := []string{broker.Addr()}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	if _, err := chddl.Migrate(ctx, chx.Session(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)

@@ -428,7 +428,7 @@ func TestSinkSurvivesClickHouseOutageWithNothingLost(t *testing.T) {
 	srv := testenv.StartClickHouse(t, "")
 	brokers := []string{broker.Addr()}
 	const db = "outage"
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	conn, err := chx.Open(ctx, srv.Addr(), "")
 	if err != nil {

@@ -54,7 +54,7 @@ func TestSinkRepairsSummariesAReplicaMissed(t *testing.T) {
 	broker := testenv.Kafka(t)
 	ch := testenv.ClickHouse(t)
 	brokers := []string{broker.Addr()}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	if _, err := chddl.Migrate(ctx, chx.Session(ch.Conn), ch.Database); err != nil {
 		t.Fatal(err)
