@@ -201,7 +201,8 @@ type Result struct {
 	RSSMB   RSS     `json:"rss_mb"`
 	// LiveHeapMB is the children's largest go_gc_heap_live_bytes over the
 	// same runs as RSSMB: their state, without the garbage awaiting the
-	// next GC that their RSS also holds.
+	// next GC that their RSS also holds (before a child's first GC, its
+	// allocated heap stands in: fleet.Proc.PeakLiveHeapMB).
 	LiveHeapMB LiveHeap           `json:"live_heap_mb"`
 	Ceilings   Ceilings           `json:"ceilings"`
 	Ratios     map[string]float64 `json:"ratios"`

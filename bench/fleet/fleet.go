@@ -100,20 +100,41 @@ func (p *Proc) Start() error {
 	return nil
 }
 
-// sampleLive records the child's go_gc_heap_live_bytes every second while
-// it lives (a failed scrape, as while the child starts, is skipped).
+// sampleLive records the child's live heap every second while it lives (a
+// failed scrape, as while the child starts, is skipped). A scrape may take
+// up to liveScrapeTimeout: on a loaded machine a child answers /metrics
+// late, and a sampler that gave up after the period measured nothing.
 func (p *Proc) sampleLive(url string, done, stop <-chan struct{}) {
-	client := &http.Client{Timeout: 900 * time.Millisecond}
-	every(time.Second, false, done, stop, func() {
-		gen := p.generation()
-		if v, err := scrapeGauge(client, url, "go_gc_heap_live_bytes"); err == nil {
-			p.mu.Lock()
-			if p.gen == gen {
-				p.peakLive = max(p.peakLive, v)
-			}
-			p.mu.Unlock()
-		}
-	})
+	client := &http.Client{Timeout: liveScrapeTimeout}
+	every(time.Second, false, done, stop, func() { p.recordLive(client, url) })
+}
+
+// liveScrapeTimeout bounds one scrape of a child's /metrics.
+const liveScrapeTimeout = 10 * time.Second
+
+// recordLive scrapes the child's live heap once and keeps the peak.
+func (p *Proc) recordLive(client *http.Client, url string) {
+	gen := p.generation()
+	v, err := liveHeapBytes(client, url)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if p.gen == gen {
+		p.peakLive = max(p.peakLive, v)
+	}
+	p.mu.Unlock()
+}
+
+// liveHeapBytes is the child's go_gc_heap_live_bytes, the heap its last
+// GC marked live; before its first GC (0) the heap it has allocated,
+// go_memstats_heap_alloc_bytes, stands in (an upper bound).
+func liveHeapBytes(client *http.Client, url string) (float64, error) {
+	v, err := scrapeGauge(client, url, "go_gc_heap_live_bytes")
+	if err != nil || v > 0 {
+		return v, err
+	}
+	return scrapeGauge(client, url, "go_memstats_heap_alloc_bytes")
 }
 
 // every calls f each period (and once at the start when now is set) until
@@ -159,12 +180,21 @@ func scrapeGauge(client *http.Client, url, name string) (float64, error) {
 	return 0, fmt.Errorf("%s: no %s", url, name)
 }
 
-// PeakLiveHeapMB is the largest go_gc_heap_live_bytes sampled since the
+// PeakLiveHeapMB is the largest live heap (liveHeapBytes) sampled since the
 // start or the last ResetPeak, in MiB; 0 without MetricsURL or a sample.
+// When no sample was taken since the reset (a short run on a loaded
+// machine), it scrapes the child once now.
 func (p *Proc) PeakLiveHeapMB() float64 {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.peakLive / (1 << 20)
+	live, url := p.peakLive, p.MetricsURL
+	p.mu.Unlock()
+	if live == 0 && url != "" {
+		p.recordLive(&http.Client{Timeout: liveScrapeTimeout}, url)
+		p.mu.Lock()
+		live = p.peakLive
+		p.mu.Unlock()
+	}
+	return live / (1 << 20)
 }
 
 // sample records the child's VmHWM every 100ms while it lives: the last
