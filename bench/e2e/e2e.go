@@ -412,6 +412,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Result, error) {
 	if err := cl.StartAll(); err != nil {
 		return nil, err
 	}
+	if err := cl.WaitMetrics(ctx); err != nil {
+		return nil, err
+	}
 	b := &bench{cfg: cfg, log: o.log, cl: cl, pr: pr, run: fmt.Sprintf("e2e%d", time.Now().Unix()%1000000), reqs: countRequests(cl.Broker().Cluster())}
 	res := &Result{Date: time.Now().UTC().Format(time.RFC3339), Command: cfg.Command, Ratios: map[string]float64{}}
 	res.Machine = machine(ctx, cl)

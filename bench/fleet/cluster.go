@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -133,6 +134,27 @@ func (c *Cluster) StartAll() error {
 		}
 		if err := p.Start(); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// WaitMetrics waits until every child answers its /metrics (its listener is
+// up: a bench that measures a child before then reads nothing from it, as
+// a trainer still starting beside a CPU hog showed), or ctx ends.
+func (c *Cluster) WaitMetrics(ctx context.Context) error {
+	client := &http.Client{Timeout: liveScrapeTimeout}
+	for _, p := range c.Children() {
+		for {
+			if _, err := liveHeapBytes(client, p.MetricsURL); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				return fmt.Errorf("%s never answered %s: %w", p.Name, p.MetricsURL, err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 	}
 	return nil
