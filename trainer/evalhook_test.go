@@ -194,13 +194,13 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 		withClickHouse(func(c driver.Conn) driver.Conn { fch.Conn = c; return fch }))
 	produce(t, addr, samples[:480])
 	rt.waitTrained(t, ch, want[:len(want)/3])
-	waitFor(t, 30*time.Second, "three evaluations", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "three evaluations", func() (bool, string) {
 		return calls.Load() >= 3, fmt.Sprintf("%d", calls.Load())
 	})
 	fch.fail.Store(false) // the writes succeed from now on
 	produce(t, addr, samples[480:])
 	rt.waitTrained(t, ch, want)
-	waitFor(t, 30*time.Second, "critic_evals rows", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "critic_evals rows", func() (bool, string) {
 		n := len(criticEvals(t, ch, cfg.Name))
 		return n > 0, fmt.Sprintf("%d rows", n)
 	})

@@ -98,21 +98,3 @@ func produce(t *testing.T, addr string, samples []*schemas.LabeledSample) {
 	t.Helper()
 	produceTo(t, addr, -1, samples)
 }
-
-// waitFor polls cond until it is true or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s (last: %s)", d, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

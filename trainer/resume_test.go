@@ -130,7 +130,7 @@ func startTrainer(t *testing.T, cfg Config, opts ...Option) *runningTrainer {
 // rows; Run returning first fails the test.
 func (rt *runningTrainer) waitTrained(t *testing.T, ch *testenv.CH, want []string) {
 	t.Helper()
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d samples trained", len(want)), func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, fmt.Sprintf("%d samples trained", len(want)), func() (bool, string) {
 		select {
 		case <-rt.done:
 			t.Fatalf("Run returned while samples were still to train: %v", rt.err)
@@ -476,5 +476,25 @@ func TestCheckSample(t *testing.T) {
 		case c.code != "" && (fe.Code != c.code || fe.Field != c.field):
 			t.Errorf("%s: %s on %s (%v), want %s on %s", c.name, fe.Code, fe.Field, fe, c.code, c.field)
 		}
+	}
+}
+
+// TestTrainerWaitsOutClickHouseGoingAwayWhileMigrating: ClickHouse closes
+// the trainer's connection in the middle of its start-up migrations, twice
+// (a proxy cuts them, as a server restarting under a starting service
+// does). The trainer used to exit on it; it connects again, migrates and
+// trains every sample.
+func TestTrainerWaitsOutClickHouseGoingAwayWhileMigrating(t *testing.T) {
+	addr := startBroker(t)
+	ch := testenv.ClickHouse(t)
+	proxy := testenv.StartCutProxy(t, ch.Addr, 2, 4<<10)
+	cfg := resumeConfig(addr, ch, "cut", t.TempDir())
+	cfg.ClickHouse = proxy.Addr
+	samples := genSamples(rand.New(rand.NewPCG(7, 8)), 0, 24)
+	produceTo(t, addr, -1, samples)
+	rt := startTrainer(t, cfg)
+	rt.waitTrained(t, ch, sampleIDs(samples))
+	if proxy.Cut() != 2 {
+		t.Fatalf("%d connections cut, want 2: the test did not interrupt the migrations", proxy.Cut())
 	}
 }

@@ -376,12 +376,12 @@ func TestPerProjectTrainerEndToEnd(t *testing.T) {
 	}
 	produce(t, addr, interleave(a, b))
 	rt.waitTrained(t, ch, want)
-	waitFor(t, 30*time.Second, "b's samples skipped", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "b's samples skipped", func() (bool, string) {
 		f := gauge(t, reg, "hf_trainer_foreign_samples_total")
 		return f == float64(len(b)), fmt.Sprint(f)
 	})
 	var rows, diffs, otherRows uint64
-	waitFor(t, 30*time.Second, "critic_evals and critic_eval_diffs rows of project a", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "critic_evals and critic_eval_diffs rows of project a", func() (bool, string) {
 		ctx := context.Background()
 		if err := ch.Conn.QueryRow(ctx, "SELECT count() FROM critic_evals FINAL WHERE trainer = 'hf-trainer-a' AND project = 'a'").Scan(&rows); err != nil {
 			t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
@@ -208,8 +209,9 @@ func (t *Trainer) ModelVersion() string {
 
 // Run consumes and trains until ctx ends; then it finishes the current step,
 // flushes rows, writes a checkpoint and returns nil. It returns an error only
-// for a fatal fault (no broker or ClickHouse at start, a device error, a
-// checkpoint that cannot be written).
+// for a fatal fault (a setting ClickHouse refuses, a device error, a
+// checkpoint that cannot be written); a broker or ClickHouse that is down
+// at start is waited for (connect).
 func (t *Trainer) Run(ctx context.Context) error {
 	// A stop asked for while starting (a SIGTERM while ClickHouse or the
 	// broker is not reachable yet) is a clean stop: nothing was trained.
@@ -220,13 +222,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := kafkax.WaitReachable(ctx, t.cfg.Brokers, 30*time.Second); err != nil {
-		return startErr(err)
-	}
-	if err := kafkax.EnsureAllTopics(ctx, t.cfg.Brokers); err != nil {
-		return startErr(err)
-	}
-	if err := t.openClickHouse(ctx); err != nil {
+	if err := t.connect(ctx); err != nil {
 		return startErr(err)
 	}
 	defer t.ch.Close()
@@ -260,6 +256,36 @@ func (t *Trainer) Run(ctx context.Context) error {
 	err = g.Wait()
 	stopEvals()
 	return err
+}
+
+// connect waits for the broker, creates the topics, and opens ClickHouse
+// (migrating it), starting again with a backoff while an outage is in the
+// way: a broker not answering yet, ClickHouse restarting in the middle of a
+// migration (chx.Transient). A setting ClickHouse refuses is returned.
+func (t *Trainer) connect(ctx context.Context) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
+	for {
+		err := kafkax.WaitReachable(ctx, t.cfg.Brokers, 30*time.Second)
+		if err == nil {
+			err = kafkax.EnsureAllTopics(ctx, t.cfg.Brokers)
+		}
+		if err == nil {
+			if err = t.openClickHouse(ctx); err != nil && !chx.Transient(err) {
+				return err
+			}
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		d := bo.NextBackOff()
+		t.log.Warn().Err(err).Dur("retry_in", d).Msg("broker or ClickHouse not ready at start; connecting again")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
 }
 
 // openClickHouse applies the ClickHouse migrations to the trainer's database

@@ -129,7 +129,7 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 		logs = append(logs, lb)
 		// Wait until this incarnation trains and checkpoints, then kill it
 		// at a random moment while more samples stream in.
-		waitFor(t, 60*time.Second, "a checkpoint before the kill", func() (bool, string) {
+		testenv.WaitFor(t, 60*time.Second, "a checkpoint before the kill", func() (bool, string) {
 			return strings.Contains(lb.String(), `"message":"checkpoint written"`), fmt.Sprintf("%d ids trained so far", len(trainedIDs(t, ch, cfg.Name)))
 		})
 		emit(200)
@@ -149,7 +149,7 @@ func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
 	cmd, lb := start()
 	logs = append(logs, lb)
 	var got []string
-	waitFor(t, 90*time.Second, "every sample trained exactly once", func() (bool, string) {
+	testenv.WaitFor(t, 90*time.Second, "every sample trained exactly once", func() (bool, string) {
 		got = trainedIDs(t, ch, cfg.Name)
 		uniq := map[string]bool{}
 		for _, id := range got {
@@ -273,7 +273,7 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 			want++
 		}
 	}
-	waitFor(t, 90*time.Second, "all samples trained", func() (bool, string) {
+	testenv.WaitFor(t, 90*time.Second, "all samples trained", func() (bool, string) {
 		n := len(trainedIDs(t, ch, "learn"))
 		return n == want, fmt.Sprintf("%d of %d", n, want)
 	})

@@ -131,6 +131,14 @@ func Refused(err error) bool {
 	return fix
 }
 
+// Transient reports whether a failure to connect to or prepare ClickHouse
+// (a ping, a migration) is an outage worth waiting out: Retryable, and
+// neither a missing address nor settings the server refuses (Refused).
+// A long-running service retries such an error instead of exiting.
+func Transient(err error) bool {
+	return Retryable(err) && !Refused(err) && !errors.Is(err, ErrNoAddr)
+}
+
 // explainOpenError turns a failed first ping into what to fix: a refused
 // login names the credential flags, a failed TLS handshake the TLS ones.
 func explainOpenError(err error, user string) (error, bool) {

@@ -74,3 +74,24 @@ func Context(t testing.TB) (context.Context, context.CancelFunc) {
 	}
 	return context.WithCancel(context.Background())
 }
+
+// WaitFor polls cond (every 20 ms, backing off to 250 ms) until it holds, and
+// fails the test when it does not within d, with what it waited for and the
+// last state cond described (counts, errors), so that a failure says where
+// the work stood.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() (ok bool, state string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	delay := 20 * time.Millisecond
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last: %s)", d, what, state)
+		}
+		time.Sleep(delay) // polling interval, not a wait for an outcome
+		delay = min(2*delay, 250*time.Millisecond)
+	}
+}

@@ -64,7 +64,7 @@ func TestSinkCommitsAttemptsOnlyAfterTheirCellScores(t *testing.T) {
 	// its summary and the group commits.
 	s2, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "gs",
 		Topics: []string{schemas.TopicAttempts}, MaxAge: 50 * time.Millisecond})
-	waitFor(t, 60*time.Second, "the second sink to insert every attempt", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the second sink to insert every attempt", func() (bool, string) {
 		st := s2.Stats()
 		return st.Rows >= int64(len(evs)), fmt.Sprintf("%+v", st)
 	})

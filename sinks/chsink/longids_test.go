@@ -31,7 +31,7 @@ func TestSinkSummarizesCellsWithLongIDs(t *testing.T) {
 	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "gl",
 		Topics: []string{schemas.TopicAttempts}, MaxAge: 200 * time.Millisecond, MaxRows: 10000,
 		RetryMaxElapsed: 2 * time.Second, RetryMaxInterval: 100 * time.Millisecond})
-	waitFor(t, 60*time.Second, "every cell's summary", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "every cell's summary", func() (bool, string) {
 		n, _ := count(ch.Conn, "SELECT count() FROM cell_scores FINAL")
 		return n == 600, fmt.Sprintf("%d summaries, %+v", n, s.Stats())
 	})

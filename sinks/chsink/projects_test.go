@@ -87,7 +87,7 @@ func sinkAll(t *testing.T, evs []schemas.Event) *testenv.CH {
 	produce(t, brokers, evs)
 	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "g1",
 		MaxAge: 100 * time.Millisecond})
-	waitFor(t, 60*time.Second, "the sink to insert every message", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the sink to insert every message", func() (bool, string) {
 		st := s.Stats()
 		return st.Rows >= int64(len(evs)), fmt.Sprintf("%+v of %d", st, len(evs))
 	})

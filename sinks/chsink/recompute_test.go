@@ -135,13 +135,13 @@ func TestSinkRecomputesOtherProjectsWhileOneIsSlow(t *testing.T) {
 	bCells := []string{"b-0", "b-1", "b-2", "b-3", "b-4", "b-5"}
 	b := projectAttempts("projB", bCells, 0, 60)
 	produce(t, brokers, b)
-	waitFor(t, 30*time.Second, "project B's summaries while A's recomputation is held", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "project B's summaries while A's recomputation is held", func() (bool, string) {
 		n, err := count(ch.Conn, "SELECT count() FROM cell_scores FINAL WHERE project = 'projB'")
 		return err == nil && n == uint64(len(bCells)), fmt.Sprintf("%d B summaries (%v), %+v", n, err, s.Stats())
 	})
 	// Only A's partition (its one row, then B's rows behind it) may stay
 	// uncommitted.
-	waitFor(t, 30*time.Second, "every partition but A's to commit", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "every partition but A's to commit", func() (bool, string) {
 		p := uncommitted(t, brokers, "iso", schemas.TopicAttempts)
 		return len(p) <= 1, fmt.Sprintf("uncommitted partitions %v", p)
 	})
@@ -150,7 +150,7 @@ func TestSinkRecomputesOtherProjectsWhileOneIsSlow(t *testing.T) {
 	}
 
 	release()
-	waitFor(t, 30*time.Second, "every attempt committed once A's recomputation ends", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "every attempt committed once A's recomputation ends", func() (bool, string) {
 		p := uncommitted(t, brokers, "iso", schemas.TopicAttempts)
 		return len(p) == 0, fmt.Sprintf("uncommitted partitions %v, %+v", p, s.Stats())
 	})
@@ -235,13 +235,10 @@ func benchIsolation(b *testing.B, present bool, big int) {
 		for lo := 0; lo < len(evs); lo += 10000 {
 			produceTB(b, brokers, evs[lo:min(lo+10000, len(evs))])
 		}
-		deadline := time.Now().Add(5 * time.Minute)
-		for s.Stats().Committed < int64(big) {
-			if time.Now().After(deadline) {
-				b.Fatalf("big cell not ingested: %+v", s.Stats())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.WaitFor(b, 5*time.Minute, "the big cell ingested", func() (bool, string) {
+			st := s.Stats()
+			return st.Committed >= int64(big), fmt.Sprintf("%+v", st)
+		})
 	}
 	// A's stream: one attempt at a time into its cell, each produced
 	// synchronously, until the measurement ends.
@@ -259,10 +256,15 @@ func benchIsolation(b *testing.B, present bool, big int) {
 			default:
 			}
 			writeEvents(ctx, aw, projectAttempts("projA", []string{aCell}, k, 1))
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // A's pace: about 100 attempts a second
 		}
 	}()
-	time.Sleep(time.Second) // let A's stream settle in
+	// A's stream runs (its attempts are committed) before B is measured.
+	settled := s.Stats().Committed + 20
+	testenv.WaitFor(b, time.Minute, "20 of A's streamed attempts committed", func() (bool, string) {
+		st := s.Stats()
+		return st.Committed >= settled, fmt.Sprintf("%+v", st)
+	})
 
 	bw := kafkax.NewWriter(kafkax.WriterConfig{Brokers: brokers})
 	defer bw.Close()

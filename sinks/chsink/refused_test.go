@@ -41,7 +41,7 @@ func TestRowClickHouseRefusesIsDeadLettered(t *testing.T) {
 	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "gr",
 		Topics: []string{schemas.TopicAttempts}, MaxAge: 50 * time.Millisecond, SkipMigrate: true,
 		RetryMaxElapsed: 2 * time.Second, RetryMaxInterval: 100 * time.Millisecond})
-	waitFor(t, 60*time.Second, "the good rows and the dead letter", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the good rows and the dead letter", func() (bool, string) {
 		n, _ := count(ch.Conn, "SELECT count() FROM task_attempts FINAL")
 		r, _ := count(ch.Conn, "SELECT count() FROM rejected_events FINAL")
 		return n == 299 && r == 1, fmt.Sprintf("%d attempts, %d dead letters, %+v", n, r, s.Stats())
@@ -73,13 +73,13 @@ func TestRowClickHouseRefusesIsDeadLettered(t *testing.T) {
 	if onTopic != 1 {
 		t.Fatalf("%d refused-row dead letters on %s (of %d messages), want 1", onTopic, schemas.TopicDLQ, len(dl))
 	}
-	waitFor(t, 30*time.Second, "every offset committed", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "every offset committed", func() (bool, string) {
 		n := committedTotal(t, brokers, "gr", schemas.TopicAttempts)
 		return n == int64(len(evs)), fmt.Sprintf("%d committed", n)
 	})
 	// The sink goes on: later rows land.
 	produce(t, brokers, attempts(300, 50))
-	waitFor(t, 60*time.Second, "the later rows", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the later rows", func() (bool, string) {
 		n, _ := count(ch.Conn, "SELECT count() FROM task_attempts FINAL")
 		return n == 349, fmt.Sprintf("%d attempts", n)
 	})

@@ -188,13 +188,24 @@ func (s *Sink) Run(ctx context.Context) error {
 			// nothing was read, so nothing is lost; a clean stop.
 			return nil
 		}
-		var ke *kafkaError
-		if err == nil || ctx.Err() != nil || !errors.As(err, &ke) {
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
+		var ke *kafkaError
+		var se *startError
 		d := bo.NextBackOff()
-		s.log.Warn().Err(err).Dur("retry_in", d).Msg("Kafka error; the consumer starts again from the committed offsets")
-		s.m.kafkaRestarts.Inc()
+		switch {
+		case errors.As(err, &ke):
+			s.log.Warn().Err(err).Dur("retry_in", d).Msg("Kafka error; the consumer starts again from the committed offsets")
+			s.m.kafkaRestarts.Inc()
+		case errors.As(err, &se) && chx.Transient(se.err):
+			// ClickHouse went away while the sink connected or migrated
+			// (a restart, a failover): nothing was read yet; wait it out.
+			s.log.Warn().Err(err).Dur("retry_in", d).Msg("ClickHouse not ready at start; connecting again")
+			s.m.startRetries.Inc()
+		default:
+			return err
+		}
 		s.reset()
 		select {
 		case <-ctx.Done():
@@ -210,6 +221,13 @@ type kafkaError struct{ err error }
 
 func (e *kafkaError) Error() string { return e.err.Error() }
 func (e *kafkaError) Unwrap() error { return e.err }
+
+// startError marks a failure to prepare ClickHouse (connect, migrate) before
+// anything was read: Run retries it while it is transient (chx.Transient).
+type startError struct{ err error }
+
+func (e *startError) Error() string { return e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
 
 // reset drops what a failed consumer run buffered (it is read again from
 // the committed offsets) and the writer Run opened for it.
@@ -231,13 +249,13 @@ func (s *Sink) reset() {
 func (s *Sink) runOnce(ctx context.Context) error {
 	conn, err := s.openClickHouse(ctx)
 	if err != nil {
-		return err
+		return &startError{err}
 	}
 	if conn != nil {
 		defer conn.Close()
 	}
 	if err := kafkax.EnsureAllTopics(ctx, s.cfg.Brokers); err != nil {
-		return err
+		return &kafkaError{fmt.Errorf("create topics: %w", err)}
 	}
 	r := kafka.NewReader(s.readerConfig())
 	defer r.Close()

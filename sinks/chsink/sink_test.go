@@ -164,28 +164,6 @@ func runSink(t *testing.T, cfg chsink.Config) (*chsink.Sink, func() error) {
 	return s, stop
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	delay := 20 * time.Millisecond
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last: %s)", d, what, last)
-		}
-		time.Sleep(delay) // polling interval, not a wait for an outcome
-		if delay < 250*time.Millisecond {
-			delay *= 2
-		}
-	}
-}
-
 func count(conn driver.Conn, q string) (uint64, error) {
 	var n uint64
 	err := conn.QueryRow(context.Background(), q).Scan(&n)
@@ -242,7 +220,7 @@ func TestSinkWritesEveryTableAndRedeliveryChangesNoView(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the sink is not Ready after 60 s with ClickHouse and the broker up")
 	}
-	waitFor(t, 60*time.Second, "the first sink to insert every message", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the first sink to insert every message", func() (bool, string) {
 		st := s1.Stats()
 		return uint64(st.Rows) >= total, fmt.Sprintf("%+v of %d", st, total)
 	})
@@ -310,7 +288,7 @@ func TestSinkWritesEveryTableAndRedeliveryChangesNoView(t *testing.T) {
 	// database: every row arrives a second time.
 	s2, stop2 := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "g2",
 		MaxAge: 100 * time.Millisecond})
-	waitFor(t, 60*time.Second, "the replaying sink to insert every message again", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the replaying sink to insert every message again", func() (bool, string) {
 		st := s2.Stats()
 		return uint64(st.Rows) >= total, fmt.Sprintf("%+v of %d", st, total)
 	})
@@ -442,7 +420,7 @@ func TestSinkSurvivesClickHouseOutageWithNothingLost(t *testing.T) {
 	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: srv.Addr(), Database: db, Group: "outage",
 		MaxAge: 50 * time.Millisecond, RetryMaxInterval: 200 * time.Millisecond, InsertTimeout: 5 * time.Second})
 	produce(t, brokers, attempts(0, 3000))
-	waitFor(t, 60*time.Second, "the first rows", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the first rows", func() (bool, string) {
 		return s.Stats().Rows >= 3000, fmt.Sprintf("%+v", s.Stats())
 	})
 
@@ -450,7 +428,7 @@ func TestSinkSurvivesClickHouseOutageWithNothingLost(t *testing.T) {
 	cfg := srv.Config()
 	srv.Kill()
 	produce(t, brokers, attempts(3000, 4000))
-	waitFor(t, 60*time.Second, "the sink to notice the outage and retry", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the sink to notice the outage and retry", func() (bool, string) {
 		return s.Stats().Retries > 0, fmt.Sprintf("%+v", s.Stats())
 	})
 	produce(t, brokers, attempts(7000, 3000))
@@ -466,7 +444,7 @@ func TestSinkSurvivesClickHouseOutageWithNothingLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn2.Close()
-	waitFor(t, 90*time.Second, "every produced attempt in ClickHouse", func() (bool, string) {
+	testenv.WaitFor(t, 90*time.Second, "every produced attempt in ClickHouse", func() (bool, string) {
 		n, err := count(conn2, "SELECT count() FROM task_attempts FINAL")
 		return err == nil && n == 10000, fmt.Sprintf("%d rows, err %v, stats %+v", n, err, s.Stats())
 	})
@@ -517,7 +495,7 @@ func TestSinkSurvivesBrokerRestart(t *testing.T) {
 	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "restart",
 		MaxAge: 20 * time.Millisecond, RetryMaxInterval: 200 * time.Millisecond, InsertTimeout: 5 * time.Second})
 	produce(t, brokers, attempts(0, 2000))
-	waitFor(t, 60*time.Second, "the first rows", func() (bool, string) {
+	testenv.WaitFor(t, 60*time.Second, "the first rows", func() (bool, string) {
 		return s.Stats().Rows >= 2000, fmt.Sprintf("%+v", s.Stats())
 	})
 	produce(t, brokers, attempts(2000, 2000))
@@ -538,7 +516,7 @@ func TestSinkSurvivesBrokerRestart(t *testing.T) {
 	}
 	t.Cleanup(b2.Close)
 	produce(t, brokers, attempts(4000, 2000))
-	waitFor(t, 90*time.Second, "every produced attempt in ClickHouse", func() (bool, string) {
+	testenv.WaitFor(t, 90*time.Second, "every produced attempt in ClickHouse", func() (bool, string) {
 		n, err := count(ch.Conn, "SELECT count() FROM task_attempts FINAL")
 		return err == nil && n == 6000, fmt.Sprintf("%d rows, err %v, stats %+v", n, err, s.Stats())
 	})

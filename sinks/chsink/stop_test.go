@@ -2,10 +2,12 @@ package chsink_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/harnessflow/harnessflow/internal/testenv"
+	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/sinks/chsink"
 )
 
@@ -35,5 +37,35 @@ func TestStopWhileConnectingIsClean(t *testing.T) {
 	case <-s.Ready():
 		t.Error("Ready closed although ClickHouse never answered")
 	default:
+	}
+}
+
+// TestSinkWaitsOutClickHouseGoingAwayWhileMigrating: ClickHouse closes the
+// sink's connection in the middle of its start-up migrations, twice (a
+// proxy cuts the first two connections, as a server restarting under a
+// starting sink did in the fleet test, where the sink then exited 1). The
+// sink connects again, finishes migrating, and writes what it reads.
+func TestSinkWaitsOutClickHouseGoingAwayWhileMigrating(t *testing.T) {
+	broker := testenv.Kafka(t)
+	ch := testenv.ClickHouse(t)
+	proxy := testenv.StartCutProxy(t, ch.Addr, 2, 4<<10)
+	brokers := []string{broker.Addr()}
+	produce(t, brokers, attempts(0, 20))
+	s, stop := runSink(t, chsink.Config{Brokers: brokers, ClickHouse: proxy.Addr, Database: ch.Database, Group: "g",
+		Topics: []string{schemas.TopicAttempts}, MaxAge: 50 * time.Millisecond})
+	testenv.WaitFor(t, 90*time.Second, "the sink ready and every attempt written", func() (bool, string) {
+		n, _ := count(ch.Conn, "SELECT count() FROM task_attempts FINAL")
+		select {
+		case <-s.Ready():
+		default:
+			return false, fmt.Sprintf("not ready; %d connections cut", proxy.Cut())
+		}
+		return n == 20, fmt.Sprintf("%d attempts, %+v", n, s.Stats())
+	})
+	if proxy.Cut() != 2 {
+		t.Fatalf("%d connections cut, want 2: the test did not interrupt the migrations", proxy.Cut())
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

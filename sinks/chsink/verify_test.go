@@ -79,7 +79,7 @@ func TestSinkRepairsSummariesAReplicaMissed(t *testing.T) {
 	// A single server: the lost summaries stay lost (nothing verifies), so
 	// the check below can fail.
 	single, sw, stop := run("single", "")
-	waitFor(t, time.Minute, "the single-server sink to commit every attempt", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "the single-server sink to commit every attempt", func() (bool, string) {
 		st := single.Stats()
 		return st.Committed >= int64(len(evs)), fmt.Sprintf("%+v", st)
 	})
@@ -95,7 +95,7 @@ func TestSinkRepairsSummariesAReplicaMissed(t *testing.T) {
 
 	// Through a cluster: every cell is repaired, then nothing awaits.
 	s, w, stop := run("cluster", "any")
-	waitFor(t, time.Minute, "every attempt committed and every summary verified", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "every attempt committed and every summary verified", func() (bool, string) {
 		st := s.Stats()
 		return st.Committed >= int64(len(evs)) && st.Unverified == 0 && st.Repairs > 0, fmt.Sprintf("%+v", st)
 	})
