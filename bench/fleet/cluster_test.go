@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -65,13 +66,9 @@ func TestClusterLifecycle(t *testing.T) {
 		waitHealthy(t, ctx, p)
 	}
 	for _, p := range c.Children() {
-		deadline := time.Now().Add(30 * time.Second)
-		for p.PeakLiveHeapMB() <= 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no go_gc_heap_live_bytes sampled from %s", p.Name, p.MetricsURL)
-			}
-			time.Sleep(100 * time.Millisecond) // polling interval; samples come every second
-		}
+		testenv.WaitFor(t, 30*time.Second, p.Name+"'s live heap sampled from "+p.MetricsURL, func() (bool, string) {
+			return p.PeakLiveHeapMB() > 0, "no go_gc_heap_live_bytes sample yet (one a second)"
+		})
 	}
 	for _, p := range c.Children() {
 		if !p.Running() {
@@ -101,26 +98,23 @@ func firstPartitionWith(t *testing.T, ctx context.Context, c *Cluster) int {
 	// A broker just restarted may answer a partition with an error for a
 	// moment (a retriable one, as it would to any client): ask again for a
 	// while before concluding that the message is gone.
-	var seen []string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	part := -1
+	testenv.WaitFor(t, 20*time.Second, "a partition of hf.dlq holding the message written before the restart", func() (bool, string) {
 		res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{"hf.dlq": reqs}})
-		seen = seen[:0]
 		if err != nil {
-			seen = append(seen, err.Error())
-		} else {
-			for _, p := range res.Topics["hf.dlq"] {
-				if p.LastOffset > 0 {
-					return p.Partition
-				}
-				seen = append(seen, fmt.Sprintf("partition %d: last offset %d, error %v", p.Partition, p.LastOffset, p.Error))
+			return false, err.Error()
+		}
+		var seen []string
+		for _, p := range res.Topics["hf.dlq"] {
+			if p.LastOffset > 0 {
+				part = p.Partition
+				return true, ""
 			}
+			seen = append(seen, fmt.Sprintf("partition %d: last offset %d, error %v", p.Partition, p.LastOffset, p.Error))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no partition of hf.dlq holds the message written before the restart: %s", strings.Join(seen, "; "))
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval
-	}
+		return false, strings.Join(seen, "; ")
+	})
+	return part
 }
 
 // tailLines returns the last n lines of s.
@@ -132,8 +126,8 @@ func tailLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// waitHealthy polls the /readyz of p's --listen address until it answers
-// 200 (started and healthy), for at most a minute.
+// waitHealthy waits (a minute at most) until the /readyz of p's --listen
+// address answers 200 (started and healthy).
 func waitHealthy(t *testing.T, ctx context.Context, p *Proc) {
 	t.Helper()
 	var addr string
@@ -145,23 +139,27 @@ func waitHealthy(t *testing.T, ctx context.Context, p *Proc) {
 	if addr == "" {
 		t.Fatalf("%s has no --listen address", p.Name)
 	}
-	deadline := time.Now().Add(time.Minute)
-	last := ""
-	for {
+	testenv.WaitFor(t, time.Minute, p.Name+"'s /readyz answering 200", func() (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true, ""
 			}
-			last = resp.Status
-		} else {
-			last = err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /readyz not ok after a minute (last: %s; log %s)", p.Name, last, p.LogPath)
+		state := "running"
+		if !p.Running() {
+			state = fmt.Sprintf("exited: %v", p.ExitErr())
 		}
-		time.Sleep(100 * time.Millisecond) // poll period
-	}
+		last := err
+		if err == nil {
+			last = errors.New(resp.Status)
+		}
+		tail := ""
+		if b, err := os.ReadFile(p.LogPath); err == nil {
+			tail = tailLines(string(b), 20)
+		}
+		return false, fmt.Sprintf("%v; %s %s; log %s ends:\n%s", last, p.Name, state, p.LogPath, tail)
+	})
 }

@@ -61,14 +61,11 @@ func TestMigratePrintCluster(t *testing.T) {
 	}
 	defer conn.Close()
 	// The ledger is replicated: the node asked may still be fetching it.
-	deadline := time.Now().Add(30 * time.Second)
 	files := strconv.Itoa(len(chddl.Files()))
-	for exec(cl.Node(2, 1).HTTPAddr(), "SELECT count() FROM `printed db`.schema_migrations") != files {
-		if time.Now().After(deadline) {
-			t.Fatal("the printed ledger rows did not reach another node")
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval
-	}
+	testenv.WaitFor(t, 30*time.Second, "the printed ledger's "+files+" rows on another node", func() (bool, string) {
+		n := exec(cl.Node(2, 1).HTTPAddr(), "SELECT count() FROM `printed db`.schema_migrations")
+		return n == files, n + " rows"
+	})
 	res, err := chddl.MigrateCluster(ctx, chx.Session(conn), "printed db", "hf")
 	if err != nil || len(res.Applied) != 0 {
 		t.Fatalf("migrate --cluster after the printed statements (%d applied): %+v, %v", n, res, err)

@@ -84,22 +84,29 @@ func TestMemberKilledMidJoinIsEvicted(t *testing.T) {
 		}
 	}()
 	owned := func() int { mu.Lock(); defer mu.Unlock(); return parts }
-	waitAll := func(what string) {
-		deadline := time.Now().Add(30 * time.Second)
-		for owned() != 6 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the surviving member owns %d of 6 partitions after 30s", what, owned())
-			}
-			time.Sleep(100 * time.Millisecond)
+	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	group := func() (state string, members int) {
+		res, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{"g"}})
+		if err != nil || len(res.Groups) != 1 {
+			return fmt.Sprint(err), 0
 		}
+		return res.Groups[0].GroupState, len(res.Groups[0].Members)
 	}
-	waitAll("alone")
+	// waitAlone waits until this member is the group's only one, the group
+	// is stable, and it owns every partition.
+	waitAlone := func(what string) {
+		testenv.WaitFor(t, 30*time.Second, what+": the surviving member alone in a stable group with all 6 partitions", func() (bool, string) {
+			state, members := group()
+			n := owned()
+			return state == "Stable" && members == 1 && n == 6, fmt.Sprintf("group %s with %d members; this one owns %d", state, members, n)
+		})
+	}
+	waitAlone("alone")
 
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
 	for i := 0; i < 3; i++ {
 		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), joinerEnv+"="+b.Addr()+",g,t")
@@ -109,27 +116,12 @@ func TestMemberKilledMidJoinIsEvicted(t *testing.T) {
 		// Kill it while its JoinGroup waits for this member to rejoin (this
 		// member's slow heartbeat leaves up to 1.5s): the group prepares a
 		// rebalance with two members.
-		deadline := time.Now().Add(10 * time.Second)
-		waitAll(fmt.Sprintf("before start %d", i+1))
-		for {
-			res, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{"g"}})
-			if err == nil && len(res.Groups) == 1 && res.Groups[0].GroupState == "PreparingRebalance" && len(res.Groups[0].Members) == 2 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the second member never joined")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("joiner %d in a rebalance of two members", i+1), func() (bool, string) {
+			state, members := group()
+			return state == "PreparingRebalance" && members == 2, fmt.Sprintf("group %s with %d members", state, members)
+		})
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		// The rebalance completes once this member rejoins.
-		for owned() == 6 {
-			if time.Now().After(deadline) {
-				break // it may also complete without the dead member
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		waitAll(fmt.Sprintf("after kill %d", i+1))
+		waitAlone(fmt.Sprintf("after kill %d", i+1))
 	}
 }
