@@ -3,12 +3,14 @@ package aevolve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -111,7 +113,7 @@ func TestHardLinkedFileIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.Link(secret, filepath.Join(c, "summary.csv")); err != nil {
-		t.Skipf("no hard links on this file system: %v", err)
+		testenv.Missing(t, fmt.Sprintf("no hard links on this file system (TMPDIR): %v", err))
 	}
 	goodCell(t, root)
 	evs, sum, rep := importWithin(t, time.Minute, Config{Dir: root})
