@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -249,7 +250,9 @@ func (s *CheckpointStore) prune() {
 
 // LoadLatest returns the newest valid checkpoint and its path, logging a
 // warning for each newer file that is corrupt ("checkpoint X is corrupt (...);
-// falling back to Y"). It returns ErrNoCheckpoint when none is valid.
+// falling back to Y"). It returns ErrNoCheckpoint when none is valid, and the
+// error of a newer file that could not be read (permissions, I/O) without
+// falling back past it.
 func (s *CheckpointStore) LoadLatest() (*Checkpoint, string, error) {
 	l, err := s.list()
 	if err != nil {
@@ -265,6 +268,11 @@ func (s *CheckpointStore) LoadLatest() (*Checkpoint, string, error) {
 			}
 			return ck, path, nil
 		}
+		if !errors.Is(err, ErrCorrupt) {
+			// The file may be whole: falling back would silently undo
+			// training. The operator fixes the file system and restarts.
+			return nil, "", fmt.Errorf("%w (not falling back to an older checkpoint: the file may be whole; fix its permissions or the file system and restart)", err)
+		}
 		next := "no checkpoint (starting from scratch)"
 		if i+1 < len(l) {
 			next = filepath.Join(s.dir, FileName(l[i+1]))
@@ -277,19 +285,28 @@ func (s *CheckpointStore) LoadLatest() (*Checkpoint, string, error) {
 }
 
 // ReadCheckpoint reads and verifies one checkpoint file and records its path
-// and sha256 in the result (Path, FileSHA256). Errors wrap ErrCorrupt.
+// and sha256 in the result (Path, FileSHA256). A file that fails its
+// integrity checks (truncated, bad magic or format, a payload that does not
+// decode, a sha256 mismatch) gives an error wrapping ErrCorrupt; a file that
+// cannot be opened or read (missing: fs.ErrNotExist; permissions; too many
+// open files; an I/O error) gives that error, wrapped, and not ErrCorrupt:
+// the file may be whole.
 func ReadCheckpoint(path string) (*Checkpoint, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("read checkpoint: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("read checkpoint: %w", err)
 	}
+	r := &ioErrReader{r: f}
 	hdr := make([]byte, ckptHdrLen)
-	if _, err := io.ReadFull(f, hdr); err != nil {
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		if r.err != nil {
+			return nil, fmt.Errorf("read checkpoint %s: %w", path, r.err)
+		}
 		return nil, fmt.Errorf("%w: truncated: header incomplete (%d bytes)", ErrCorrupt, st.Size())
 	}
 	if string(hdr[:8]) != ckptMagic {
@@ -304,19 +321,38 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	}
 	h, fh := sha256.New(), sha256.New()
 	fh.Write(hdr)
-	br := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, n), io.MultiWriter(h, fh)), 1<<20)
+	br := bufio.NewReaderSize(io.TeeReader(io.LimitReader(r, n), io.MultiWriter(h, fh)), 1<<20)
 	ck, err := decodePayload(br)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	if err == nil {
+		_, err = io.Copy(io.Discard, br)
 	}
-	if _, err := io.Copy(io.Discard, br); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	if r.err != nil {
+		return nil, fmt.Errorf("read checkpoint %s: %w", path, r.err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if !bytes.Equal(h.Sum(nil), hdr[20:52]) {
 		return nil, fmt.Errorf("%w: sha256 mismatch", ErrCorrupt)
 	}
 	ck.path, ck.fileSHA256 = path, hex.EncodeToString(fh.Sum(nil))
 	return ck, nil
+}
+
+// ioErrReader records the first error of its reader other than io.EOF: a
+// read that failed on the file (I/O, a directory), which says nothing of the
+// checkpoint's integrity.
+type ioErrReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *ioErrReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 type countingWriter struct {

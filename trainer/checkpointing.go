@@ -33,15 +33,19 @@ func (t *Trainer) restore(ctx context.Context) error {
 				"a model never changes project; give this trainer a checkpoint directory of its own (--checkpoint-dir), or the project of that one (--project)",
 				ErrIncompatible, path, projectDesc(ck.Project), projectDesc(t.cfg.Project))
 		}
-		t.mu.Lock()
-		for i, m := range t.models {
-			if err := m.Restore(ck.Models[i]); err != nil {
-				t.mu.Unlock()
-				return fmt.Errorf("%s: %w", path, err)
+		var rerr error
+		t.withModels(func() {
+			for i, m := range t.models {
+				if rerr = m.Restore(ck.Models[i]); rerr != nil {
+					rerr = fmt.Errorf("%s: %w", path, rerr)
+					return
+				}
 			}
+			t.modelVersion = ck.ModelVersion
+		})
+		if rerr != nil {
+			return rerr
 		}
-		t.modelVersion = ck.ModelVersion
-		t.mu.Unlock()
 		t.index, t.step, t.trained = ck.Index, ck.Step, ck.SamplesTrained
 		for p, o := range ck.Offsets {
 			t.offsets[p] = o

@@ -226,12 +226,12 @@ func (t *Trainer) predictEval(rows []*schemas.LabeledSample) []EvalPrediction {
 			ins[i] = &Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
 				Agent: s.AgentModel, Benchmark: s.Benchmark}
 		}
-		t.mu.Lock()
 		per := make([][]Prediction, len(t.models))
-		for k, m := range t.models {
-			per[k] = m.Predict(ins)
-		}
-		t.mu.Unlock()
+		t.withModels(func() {
+			for k, m := range t.models {
+				per[k] = m.Predict(ins)
+			}
+		})
 		k := float64(len(per))
 		for i := range ins {
 			var mean, sq, v float64

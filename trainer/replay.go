@@ -218,12 +218,12 @@ func (t *Trainer) heldoutLoss() (float64, bool) {
 	for i, s := range rows {
 		exs[i] = t.exampleOf(s)
 	}
-	t.mu.Lock()
 	var loss float64
-	for _, m := range t.models {
-		loss += m.Loss(exs).Total / float64(len(t.models))
-	}
-	t.mu.Unlock()
+	t.withModels(func() {
+		for _, m := range t.models {
+			loss += m.Loss(exs).Total / float64(len(t.models))
+		}
+	})
 	t.metrics.heldoutLoss.Set(loss)
 	return loss, true
 }

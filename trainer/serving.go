@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -315,12 +314,25 @@ func (t *Trainer) serve(ins []*Input, pin string) ([]Score, servedAnswer, error)
 			return t.servePinned(ins, pin)
 		}
 	}
-	t.mu.Lock()
-	s.mu.Lock()
-	set, loadErr := s.cur, s.loadErr
-	s.mu.Unlock()
-	if set == nil || set.version == "" || (pin != "" && set.version != pin) {
-		t.mu.Unlock()
+	var (
+		out     []Score
+		a       servedAnswer
+		loadErr string
+		scored  bool
+	)
+	t.withModels(func() {
+		s.mu.Lock()
+		set := s.cur
+		loadErr = s.loadErr
+		s.mu.Unlock()
+		if set == nil || set.version == "" || (pin != "" && set.version != pin) {
+			return
+		}
+		out = t.scoreWith(set.models, ins)
+		a = servedAnswer{version: set.version, sha256: set.sha256}
+		scored = true
+	})
+	if !scored {
 		if pin != "" {
 			// Published meanwhile: pin the file.
 			return t.servePinned(ins, pin)
@@ -334,11 +346,17 @@ func (t *Trainer) serve(ins []*Input, pin string) ([]Score, servedAnswer, error)
 			err: errors.New("no checkpoint is published yet: the trainer answers only from published checkpoints, and writes its first one " +
 				"after checkpoint_every steps or checkpoint_interval (or when it stops); retry later, or pin a kept version with ?model_version=")}
 	}
-	out := t.scoreWith(set.models, ins)
-	a := servedAnswer{version: set.version, sha256: set.sha256}
-	t.mu.Unlock()
 	a.warming = s.warming(a.version)
 	return out, a, nil
+}
+
+// withModels runs f holding the training lock (t.mu), released by a defer:
+// a panic in f (a backend fault while scoring, recovered by net/http) does
+// not leave training stopped behind a held lock.
+func (t *Trainer) withModels(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f()
 }
 
 // servePinned scores ins with kept checkpoint pin, loading its file into
@@ -365,47 +383,59 @@ func (t *Trainer) servePinned(ins []*Input, pin string) ([]Score, servedAnswer, 
 			path := filepath.Join(t.cfg.CheckpointDir, FileName(idx))
 			var err error
 			if ck, err = ReadCheckpoint(path); err != nil {
-				if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) {
+				if errors.Is(err, fs.ErrNotExist) {
 					return nil, servedAnswer{}, notKept()
 				}
 				return nil, servedAnswer{}, &servingError{code: http.StatusInternalServerError,
-					err: fmt.Errorf("read checkpoint %s: %v; pin another kept version or omit model_version", pin, err)}
+					err: fmt.Errorf("read checkpoint %s: %w; pin another kept version or omit model_version", pin, err)}
 			}
 			if ck.ModelVersion != pin {
 				return nil, servedAnswer{}, &servingError{code: http.StatusInternalServerError,
 					err: fmt.Errorf("checkpoint file %s holds model_version %q, not %q", ck.Path(), ck.ModelVersion, pin)}
 			}
 		}
-		t.mu.Lock()
-		s.mu.Lock()
-		set := s.pinned
-		if set == nil {
-			set = &servedSet{}
-			s.pinned = set
-		}
-		hit := set.version == pin
-		if !hit && ck != nil {
-			set.version = ""
-		}
-		s.mu.Unlock()
-		if !hit {
-			if ck == nil {
-				// Another pin replaced it meanwhile: read the file.
-				t.mu.Unlock()
-				continue
-			}
-			if err := t.fillSet(set, func(i int) ModelState { return ck.Models[i] }, len(ck.Models)); err != nil {
-				t.mu.Unlock()
-				return nil, servedAnswer{}, &servingError{code: http.StatusConflict,
-					err: fmt.Errorf("checkpoint %s cannot be served by this trainer's models: %v; pin another kept version or omit model_version", pin, err)}
-			}
+		var (
+			out    []Score
+			a      servedAnswer
+			reread bool
+			err    error
+		)
+		t.withModels(func() {
 			s.mu.Lock()
-			set.version, set.sha256, set.path = ck.ModelVersion, ck.FileSHA256(), ck.Path()
+			set := s.pinned
+			if set == nil {
+				set = &servedSet{}
+				s.pinned = set
+			}
+			hit := set.version == pin
+			if !hit && ck != nil {
+				set.version = ""
+			}
 			s.mu.Unlock()
+			if !hit {
+				if ck == nil {
+					// Another pin replaced it meanwhile: read the file.
+					reread = true
+					return
+				}
+				if ferr := t.fillSet(set, func(i int) ModelState { return ck.Models[i] }, len(ck.Models)); ferr != nil {
+					err = &servingError{code: http.StatusConflict,
+						err: fmt.Errorf("checkpoint %s cannot be served by this trainer's models: %w; pin another kept version or omit model_version", pin, ferr)}
+					return
+				}
+				s.mu.Lock()
+				set.version, set.sha256, set.path = ck.ModelVersion, ck.FileSHA256(), ck.Path()
+				s.mu.Unlock()
+			}
+			out = t.scoreWith(set.models, ins)
+			a = servedAnswer{version: set.version, sha256: set.sha256}
+		})
+		if reread {
+			continue
 		}
-		out := t.scoreWith(set.models, ins)
-		a := servedAnswer{version: set.version, sha256: set.sha256}
-		t.mu.Unlock()
+		if err != nil {
+			return nil, servedAnswer{}, err
+		}
 		a.warming = s.warming(a.version)
 		return out, a, nil
 	}
