@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -58,9 +58,9 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 	ch := make(chan fetched, len(parts))
 	streams := make([]*stream, len(parts))
 	// next is where each partition's fetcher starts again after it gave up
-	// (-1: the log start); bos pace those restarts.
+	// (-1: the log start); restarts pace them.
 	next := make([]int64, len(parts))
-	bos := make([]*backoff.ExponentialBackOff, len(parts))
+	restarts := make([]*retry.Restarts, len(parts))
 	start := func(i int) {
 		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: parts[i], idx: i, decode: true, m: m}
 		go f.run(ctx, next[i], streams[i].want, ch)
@@ -69,8 +69,7 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 	for i := range parts {
 		streams[i] = &stream{topic: schemas.TopicCampaigns, want: make(chan struct{}, 1), hwm: -1}
 		next[i] = -1
-		bos[i] = backoff.NewExponentialBackOff()
-		bos[i].InitialInterval, bos[i].MaxInterval, bos[i].MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+		restarts[i] = retry.NewRestarts(retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 		start(i)
 	}
 	restart := make(chan int)
@@ -95,7 +94,7 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 			// so the partition is read again from where it stopped, like
 			// the stages' partitions are, instead of ending the run.
 			m.fetchGaveUp.WithLabelValues(schemas.TopicCampaigns).Inc()
-			d := bos[f.stream].NextBackOff()
+			d := restarts[f.stream].Next()
 			log.Warn().Err(f.err).Int("partition", parts[f.stream]).Dur("retry_in", d).
 				Msg("campaign declarations: fetch failed; reading the partition again from where it stopped")
 			go func(i int) {
@@ -110,7 +109,7 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 			}(f.stream)
 			continue
 		}
-		bos[f.stream].Reset()
+		restarts[f.stream].Reset()
 		next[f.stream] = f.next
 		var bad []kafka.Message
 		for _, msg := range f.msgs {
@@ -173,14 +172,12 @@ func newCampaignDLQ(ctx context.Context, client *kafka.Client, cfg *Config, log 
 	for _, p := range parts {
 		want[schemas.TopicCampaigns][p] = 0
 	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, 10*time.Second
 	var got map[string]map[int]int64
-	err := backoff.Retry(func() error {
+	err := retry.Do(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, MaxElapsed: 10 * time.Second}, func() error {
 		var err error
 		got, err = kafkax.Committed(ctx, client, d.group, want)
 		return err
-	}, backoff.WithContext(bo, ctx))
+	}, nil)
 	if err != nil {
 		// Not known: dead-letter what is bad again (same ids, one row
 		// downstream) rather than lose a dead letter.

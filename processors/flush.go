@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/harnessflow/harnessflow/internal/retry"
 )
 
 // flushExit maps a flush error to run's result: ErrWrite is fatal, anything
@@ -96,19 +96,17 @@ func (w *partWork) flush(ctx context.Context, out *sink, processed int, commit m
 	p, cfg := w.p, &w.p.cfg
 	start := time.Now()
 	if len(out.msgs) > 0 {
-		bo := backoff.NewExponentialBackOff()
-		bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, cfg.RetryMaxElapsed
-		err := backoff.Retry(func() error {
+		err := retry.Do(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, MaxElapsed: cfg.RetryMaxElapsed}, func() error {
 			err := p.out.write(ctx, out.msgs)
 			if err != nil && ctx.Err() != nil {
-				return backoff.Permanent(ctx.Err())
+				return retry.Permanent(ctx.Err())
 			}
 			if err != nil {
 				p.m.writeRetries.Inc()
 				p.log.Warn().Err(err).Int("messages", len(out.msgs)).Msg("write outputs failed; retrying")
 			}
 			return err
-		}, backoff.WithContext(bo, ctx))
+		}, nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -132,8 +132,7 @@ func assignedPartitions(gen *kafka.Generation) (map[int]map[string]int64, []int)
 // itself runs again.
 func (p *Processor) runPartition(gctx, ctx context.Context, w *partWork, topics []string, newWork func(map[string]int64) *partWork) error {
 	stage, id := w.stage, w.part
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	restarts := retry.NewRestarts(retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	for {
 		if err := w.run(gctx, ctx); err != nil {
 			return err
@@ -150,7 +149,7 @@ func (p *Processor) runPartition(gctx, ctx context.Context, w *partWork, topics 
 			return nil
 		case <-ctx.Done():
 			return nil
-		case <-time.After(bo.NextBackOff()):
+		case <-time.After(restarts.Next()):
 		}
 		offs, err := p.committedOf(gctx, w.group, topics, id)
 		if err != nil {

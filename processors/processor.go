@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/obs"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -152,16 +152,14 @@ func (p *Processor) stopWhenCaughtUp(ctx context.Context, stop context.CancelFun
 	// The end offsets to catch up with, read once; a broker that
 	// does not answer yet is waited for, like the stages wait.
 	var ends map[string]map[int]int64
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
-	if err := backoff.RetryNotify(func() error {
+	if err := retry.Do(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}, func() error {
 		var err error
 		ends, err = kafkax.EndOffsets(ctx, p.client, CellTopics...)
 		if ctx.Err() != nil {
-			return backoff.Permanent(ctx.Err())
+			return retry.Permanent(ctx.Err())
 		}
 		return err
-	}, backoff.WithContext(bo, ctx), func(err error, d time.Duration) {
+	}, func(err error, d time.Duration) {
 		p.log.Warn().Err(err).Dur("retry_in", d).Msg("read the raw topics' end offsets to catch up with; retrying")
 	}); err != nil {
 		return nil // the run ended

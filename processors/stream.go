@@ -7,11 +7,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -70,8 +70,7 @@ func firstOffset(ctx context.Context, client *kafka.Client, topic string, part i
 // run fetches from offset on until ctx ends. Errors other than ctx's are
 // retried with backoff; one that outlasts Config.RetryMaxElapsed is sent.
 func (f *fetcher) run(ctx context.Context, offset int64, want <-chan struct{}, out chan<- fetched) {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, time.Second, f.cfg.RetryMaxElapsed
+	policy := retry.Policy{Initial: 50 * time.Millisecond, Max: time.Second, MaxElapsed: f.cfg.RetryMaxElapsed}
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,14 +78,14 @@ func (f *fetcher) run(ctx context.Context, offset int64, want <-chan struct{}, o
 		case <-want:
 		}
 		var res fetched
-		err := backoff.Retry(func() error {
+		err := retry.Do(ctx, policy, func() error {
 			var err error
 			res, err = f.fetch(ctx, &offset)
 			if ctx.Err() != nil {
-				return backoff.Permanent(ctx.Err())
+				return retry.Permanent(ctx.Err())
 			}
 			return err
-		}, backoff.WithContext(bo, ctx))
+		}, nil)
 		if ctx.Err() != nil {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/segmentio/kafka-go"
 )
@@ -25,7 +26,7 @@ type flight struct {
 	tainted   atomic.Bool // abandoned while kafka-go may hold its buffers
 
 	mu       sync.Mutex // guards bo and firstErr
-	bo       *backoff.ExponentialBackOff
+	bo       backoff.BackOff
 	firstErr error
 }
 
@@ -94,7 +95,7 @@ func (p *Producer) complete(msgs []kafka.Message, err error) {
 		p.resolveAcked(msgs)
 		return
 	}
-	retry := map[*flight][]*ref{}
+	again := map[*flight][]*ref{}
 	for i := range msgs {
 		r := msgs[i].WriterData.(*ref)
 		if r.resolved.Load() {
@@ -106,17 +107,13 @@ func (p *Producer) complete(msgs []kafka.Message, err error) {
 		case !retryable(err):
 			p.resolve(r, fmt.Errorf("produce to %s: %w", r.f.items[r.i].topic, err))
 		default:
-			retry[r.f] = append(retry[r.f], r)
+			again[r.f] = append(again[r.f], r)
 		}
 	}
-	for f, refs := range retry {
+	for f, refs := range again {
 		f.mu.Lock()
 		if f.bo == nil {
-			f.bo = backoff.NewExponentialBackOff()
-			f.bo.InitialInterval = 100 * time.Millisecond
-			f.bo.MaxInterval = 5 * time.Second
-			f.bo.MaxElapsedTime = p.cfg.MaxElapsedTime
-			f.bo.Reset()
+			f.bo = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, MaxElapsed: p.cfg.MaxElapsedTime}.NewBackOff()
 		}
 		d := f.bo.NextBackOff()
 		f.mu.Unlock()

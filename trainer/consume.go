@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -198,17 +199,17 @@ func (t *Trainer) readPartition(ctx context.Context, gen int, part int32, start 
 	if err := r.SetOffset(start); err != nil {
 		t.log.Error().Err(err).Int32("partition", part).Msg("set offset")
 	}
+	restarts := retry.NewRestarts(retry.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second})
 	for {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			t.log.Warn().Err(err).Int32("partition", part).Msg("fetch failed; retrying")
-			select {
-			case <-ctx.Done():
+			d := restarts.Next()
+			t.log.Warn().Err(err).Int32("partition", part).Dur("retry_in", d).Msg("fetch failed; retrying")
+			if !retry.Sleep(ctx, d) {
 				return
-			case <-time.After(200 * time.Millisecond):
 			}
 			continue
 		}

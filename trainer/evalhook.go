@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/cenkalti/backoff/v4"
 
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -382,11 +382,9 @@ func (t *Trainer) insertEvalRows(ctx context.Context, query string, fill func(dr
 		}
 		if err := fill(b); err != nil {
 			_ = b.Abort()
-			return backoff.Permanent(err)
+			return retry.Permanent(err)
 		}
 		return classify(b.Send())
 	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, time.Minute
-	return backoff.Retry(op, backoff.WithContext(bo, ctx))
+	return retry.Do(ctx, chWritePolicy, op, nil)
 }

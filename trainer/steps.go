@@ -6,9 +6,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -293,23 +292,25 @@ func (t *Trainer) flushRows(ctx context.Context) error {
 			if err := b.Append(t.cfg.Name, r.modelVersion, r.step, r.samples, r.ids, r.hash, r.l.Total, r.l.NLL, r.l.CE,
 				r.h.Acc, r.h.MacroF1, r.h.MAE, r.sv50, r.sv95, r.sm50, r.sm95, r.droppedStale, t.device, r.writtenAt); err != nil {
 				_ = b.Abort()
-				return backoff.Permanent(fmt.Errorf("append step %d: %w", r.step, err))
+				return retry.Permanent(fmt.Errorf("append step %d: %w", r.step, err))
 			}
 		}
 		return classify(b.Send())
 	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, time.Minute
-	if err := backoff.Retry(op, backoff.WithContext(bo, ctx)); err != nil {
+	if err := retry.Do(ctx, chWritePolicy, op, nil); err != nil {
 		return fmt.Errorf("write %d trainer_steps rows: %w", len(t.rows), err)
 	}
 	t.rows = t.rows[:0]
 	return nil
 }
 
+// chWritePolicy retries the trainer's ClickHouse writes (trainer_steps,
+// critic_evals) for up to a minute.
+var chWritePolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, MaxElapsed: time.Minute}
+
 func classify(err error) error {
 	if err != nil && !chx.Retryable(err) {
-		return backoff.Permanent(err)
+		return retry.Permanent(err)
 	}
 	return err
 }

@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
@@ -39,6 +38,7 @@ import (
 	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 	"github.com/harnessflow/harnessflow/trainer/backend"
 )
@@ -263,8 +263,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 // way: a broker not answering yet, ClickHouse restarting in the middle of a
 // migration (chx.Transient). A setting ClickHouse refuses is returned.
 func (t *Trainer) connect(ctx context.Context) error {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
+	restarts := retry.NewRestarts(retry.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second})
 	for {
 		err := kafkax.WaitReachable(ctx, t.cfg.Brokers, 30*time.Second)
 		if err == nil {
@@ -278,12 +277,10 @@ func (t *Trainer) connect(ctx context.Context) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		d := bo.NextBackOff()
+		d := restarts.Next()
 		t.log.Warn().Err(err).Dur("retry_in", d).Msg("broker or ClickHouse not ready at start; connecting again")
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, d) {
 			return ctx.Err()
-		case <-time.After(d):
 		}
 	}
 }

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/harnessflow/harnessflow/infra/chddl"
+	"github.com/harnessflow/harnessflow/internal/retry"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/cenkalti/backoff/v4"
 )
 
 // DefaultAddr is the ClickHouse native-protocol address every command dials
@@ -100,21 +100,17 @@ func Open(ctx context.Context, addr, database string, opts ...OpenOption) (drive
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse %s: %w", addr, err)
 	}
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	b.MaxElapsedTime = PingMaxElapsed
-	err = backoff.Retry(func() error {
+	err = retry.Do(ctx, retry.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second, MaxElapsed: PingMaxElapsed}, func() error {
 		pctx, cancel := context.WithTimeout(ctx, DialTimeout)
 		defer cancel()
 		if err := conn.Ping(pctx); err != nil {
 			if err, fix := explainOpenError(err, sec.user); fix || !Retryable(err) {
-				return backoff.Permanent(err)
+				return retry.Permanent(err)
 			}
 			return err
 		}
 		return nil
-	}, backoff.WithContext(b, ctx))
+	}, nil)
 	if err != nil {
 		conn.Close()
 		if sec.tls == nil && closedAfterConnect(err) {

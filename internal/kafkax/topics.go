@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/infra/kafkatopics"
+	"github.com/harnessflow/harnessflow/internal/retry"
 )
 
 // TopicOption changes how EnsureTopics creates the topics it is given.
@@ -108,7 +108,7 @@ func EnsureTopicsWith(ctx context.Context, client *kafka.Client, defs []kafkatop
 			req.Topics = append(req.Topics, tc)
 		}
 		if len(short.Topics) > 0 {
-			return backoff.Permanent(short)
+			return retry.Permanent(short)
 		}
 		if len(req.Topics) == 0 {
 			return nil
@@ -132,15 +132,11 @@ func EnsureTopicsWith(ctx context.Context, client *kafka.Client, defs []kafkatop
 			}
 		}
 		if len(refused.Topics) > 0 {
-			return backoff.Permanent(errors.Join(append(errs, refused)...))
+			return retry.Permanent(errors.Join(append(errs, refused)...))
 		}
 		return errors.Join(errs...)
 	}
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 100 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	b.MaxElapsedTime = 30 * time.Second
-	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+	if err := retry.Do(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, MaxElapsed: 30 * time.Second}, op, nil); err != nil {
 		return fmt.Errorf("ensure topics on %s: %w", client.Addr, err)
 	}
 	return nil

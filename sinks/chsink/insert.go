@@ -5,9 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/harnessflow/harnessflow/internal/chx"
+	"github.com/harnessflow/harnessflow/internal/retry"
 )
 
 // inserter inserts jobs (Config.Inserters of them run at once), retrying
@@ -98,24 +97,21 @@ func (s *Sink) markDone(j *job) {
 // and n describe the operation in logs and metrics.
 func (s *Sink) retry(ctx context.Context, tableName string, n int, what string, op func(context.Context) error) (int, error) {
 	attempts := 0
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = s.cfg.RetryMaxInterval
-	bo.MaxElapsedTime = s.cfg.RetryMaxElapsed
-	err := backoff.RetryNotify(func() error {
+	policy := retry.Policy{Initial: 100 * time.Millisecond, Max: s.cfg.RetryMaxInterval, MaxElapsed: s.cfg.RetryMaxElapsed}
+	err := retry.Do(ctx, policy, func() error {
 		attempts++
 		ictx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
 		defer cancel()
 		err := op(ictx)
 		if err != nil && ctx.Err() != nil {
-			return backoff.Permanent(err)
+			return retry.Permanent(err)
 		}
 		var ee *encodeError
 		if err != nil && (!chx.Retryable(err) || errors.As(err, &ee)) {
-			return backoff.Permanent(err)
+			return retry.Permanent(err)
 		}
 		return err
-	}, backoff.WithContext(bo, ctx), func(err error, wait time.Duration) {
+	}, func(err error, wait time.Duration) {
 		s.m.retries.WithLabelValues(tableName).Inc()
 		s.addStats(func(st *Stats) { st.Retries++ })
 		s.log.Warn().Err(err).Str("table", tableName).Int("rows", n).Int("attempt", attempts).Dur("retry_in", wait).

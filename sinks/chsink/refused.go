@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -154,15 +154,13 @@ func (s *Sink) publishRefused(ctx context.Context, rows []row) error {
 		}
 		msgs = append(msgs, kafka.Message{Key: []byte(rec.PartitionKey()), Value: b})
 	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 5*time.Second, 0
-	return backoff.Retry(func() error {
+	return retry.Do(ctx, retry.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second}, func() error {
 		err := s.dlq.WriteMessages(ctx, msgs...)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn().Err(err).Int("dead_letters", len(msgs)).Msg("publishing refused rows to hf.dlq; retrying")
 		}
 		return err
-	}, backoff.WithContext(bo, ctx))
+	}, nil)
 }
 
 // refusedRejection is the dead letter of a row ClickHouse refused; its id

@@ -48,7 +48,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
@@ -56,6 +55,7 @@ import (
 	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -179,8 +179,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	lagDone.Add(1)
 	go func() { defer lagDone.Done(); s.pollLag(lctx) }()
 	defer func() { stopLag(); lagDone.Wait() }()
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
+	restarts := retry.NewRestarts(retry.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second})
 	for {
 		err := s.runOnce(ctx)
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -193,7 +192,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		}
 		var ke *kafkaError
 		var se *startError
-		d := bo.NextBackOff()
+		d := restarts.Next()
 		switch {
 		case errors.As(err, &ke):
 			s.log.Warn().Err(err).Dur("retry_in", d).Msg("Kafka error; the consumer starts again from the committed offsets")
@@ -207,10 +206,8 @@ func (s *Sink) Run(ctx context.Context) error {
 			return err
 		}
 		s.reset()
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, d) {
 			return nil
-		case <-time.After(d):
 		}
 	}
 }
