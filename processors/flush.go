@@ -111,7 +111,7 @@ func (w *partWork) flush(ctx context.Context, out *sink, processed int, commit m
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%w: %d messages of %s partition %d: %v", ErrWrite, len(out.msgs), w.stage, w.part, err)
+			return fmt.Errorf("%w: %d messages of %s partition %d: %w", ErrWrite, len(out.msgs), w.stage, w.part, err)
 		}
 	}
 	if len(commit) > 0 {

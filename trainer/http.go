@@ -138,7 +138,7 @@ func (t *Trainer) loadHTTPSecurity() error {
 	if t.cfg.TLSCert != "" {
 		c, err := tls.LoadX509KeyPair(t.cfg.TLSCert, t.cfg.TLSKey)
 		if err != nil {
-			return fmt.Errorf("%w: trainer TLS: load the certificate %s and key %s (PEM files): %v", ErrConfig, t.cfg.TLSCert, t.cfg.TLSKey, err)
+			return fmt.Errorf("%w: trainer TLS: load the certificate %s and key %s (PEM files): %w", ErrConfig, t.cfg.TLSCert, t.cfg.TLSKey, err)
 		}
 		t.tlsCert = &c
 	}
@@ -146,7 +146,7 @@ func (t *Trainer) loadHTTPSecurity() error {
 	if t.cfg.ScoreTokenFile != "" {
 		tok, err := secret.FirstLine(t.cfg.ScoreTokenFile, "score token file")
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrConfig, err)
+			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		t.scoreToken = tok
 	}

@@ -440,7 +440,7 @@ func (m *Model) TrainStep(batch []Example) (Losses, error) {
 		m.be.AdamW(p.p, p.g, p.m, p.v, p.n, lr, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, m.step)
 	}
 	if err := m.be.Sync(); err != nil {
-		return l, fmt.Errorf("%w: %v", ErrDevice, err)
+		return l, fmt.Errorf("%w: %w", ErrDevice, err)
 	}
 	if math.IsNaN(l.Total) || math.IsInf(l.Total, 0) {
 		return l, fmt.Errorf("%w: loss is %v at step %d", ErrDiverged, l.Total, m.step)

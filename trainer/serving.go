@@ -223,8 +223,9 @@ func (t *Trainer) serveCheckpoint(ck *Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.loadErr = fmt.Sprintf("serve checkpoint %s: %v", ck.ModelVersion, err)
-		return errors.New(s.loadErr)
+		err = fmt.Errorf("serve checkpoint %s: %w", ck.ModelVersion, err)
+		s.loadErr = err.Error()
+		return err
 	}
 	set.version, set.sha256, set.path = ck.ModelVersion, ck.FileSHA256(), ck.Path()
 	s.loadErr = ""
@@ -317,13 +318,13 @@ func (t *Trainer) serve(ins []*Input, pin string) ([]Score, servedAnswer, error)
 	var (
 		out     []Score
 		a       servedAnswer
-		loadErr string
+		loadFailure string
 		scored  bool
 	)
 	t.withModels(func() {
 		s.mu.Lock()
 		set := s.cur
-		loadErr = s.loadErr
+		loadFailure = s.loadErr
 		s.mu.Unlock()
 		if set == nil || set.version == "" || (pin != "" && set.version != pin) {
 			return
@@ -338,9 +339,9 @@ func (t *Trainer) serve(ins []*Input, pin string) ([]Score, servedAnswer, error)
 			return t.servePinned(ins, pin)
 		}
 		kept, _ := t.keptVersions()
-		if loadErr != "" {
+		if loadFailure != "" {
 			return nil, servedAnswer{}, &servingError{code: http.StatusServiceUnavailable, available: nonNil(kept),
-				err: fmt.Errorf("the published checkpoint could not be loaded for serving (%s); see the trainer's log, or pin a kept version with ?model_version=", loadErr)}
+				err: fmt.Errorf("the published checkpoint could not be loaded for serving (%s); see the trainer's log, or pin a kept version with ?model_version=", loadFailure)}
 		}
 		return nil, servedAnswer{}, &servingError{code: http.StatusServiceUnavailable, available: nonNil(kept),
 			err: errors.New("no checkpoint is published yet: the trainer answers only from published checkpoints, and writes its first one " +

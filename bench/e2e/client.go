@@ -63,7 +63,7 @@ func TimeClient(ctx context.Context, client string, pre []string, host, port, fi
 	c.Stderr = &stderr
 	t0 := time.Now()
 	if err := c.Run(); err != nil {
-		return 0, fmt.Errorf("%s %s: %v: %s", client, query, err, strings.TrimSpace(stderr.String()))
+		return 0, fmt.Errorf("%s %s: %w: %s", client, query, err, strings.TrimSpace(stderr.String()))
 	}
 	return time.Since(t0).Seconds(), nil
 }

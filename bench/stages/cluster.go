@@ -171,7 +171,7 @@ func timeSinks(ctx context.Context, brokers, addrs []string, database, cluster s
 		}
 		select {
 		case err := <-done:
-			return 0, failed(fmt.Errorf("a sink stopped early: %v", err))
+			return 0, failed(fmt.Errorf("a sink stopped early: %w", err))
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(5 * time.Millisecond): // polling interval

@@ -259,7 +259,7 @@ func timeSink(ctx context.Context, cfg SinkConfig, group string, rows int, log z
 		}
 		select {
 		case err := <-done:
-			return sinkTimes{}, failed(fmt.Errorf("sink stopped early: %v", err))
+			return sinkTimes{}, failed(fmt.Errorf("sink stopped early: %w", err))
 		case <-ctx.Done():
 			return sinkTimes{}, ctx.Err()
 		case <-time.After(5 * time.Millisecond):

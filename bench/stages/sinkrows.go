@@ -58,7 +58,7 @@ func skipToEnd(ctx context.Context, brokers []string, group, topic string) error
 	client := kafkax.NewClient(brokers)
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil || len(md.Topics) != 1 {
-		return fmt.Errorf("metadata: %v", err)
+		return fmt.Errorf("metadata: %w", err)
 	}
 	var reqs []kafka.OffsetRequest
 	for _, p := range md.Topics[0].Partitions {

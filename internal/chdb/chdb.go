@@ -62,7 +62,7 @@ var ErrClosed = errors.New("chdb: session closed")
 func LibraryPath() (string, error) {
 	if p := os.Getenv(LibraryEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%w: %s=%s: %v; set it to an installed libchdb.so, or unset it and run `bash infra/scripts/ensure-deps.sh --test`",
+			return "", fmt.Errorf("%w: %s=%s: %w; set it to an installed libchdb.so, or unset it and run `bash infra/scripts/ensure-deps.sh --test`",
 				ErrNoLibrary, LibraryEnv, p, err)
 		}
 		return p, nil
@@ -71,7 +71,7 @@ func LibraryPath() (string, error) {
 	if cache == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return "", fmt.Errorf("%w: no cache directory (%v); set %s to libchdb.so's path", ErrNoLibrary, err, LibraryEnv)
+			return "", fmt.Errorf("%w: no cache directory (%w); set %s to libchdb.so's path", ErrNoLibrary, err, LibraryEnv)
 		}
 		cache = filepath.Join(home, ".cache")
 	}

@@ -151,7 +151,7 @@ func FindBinary(bin string) (string, error) {
 	if bin != "" {
 		p, err := exec.LookPath(bin)
 		if err != nil {
-			return "", fmt.Errorf("%w: %s: %v", ErrNoBinary, bin, err)
+			return "", fmt.Errorf("%w: %s: %w", ErrNoBinary, bin, err)
 		}
 		return p, nil
 	}
@@ -289,7 +289,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 	for {
 		select {
 		case <-s.done:
-			return fmt.Errorf("%w (%v) on tcp %d / http %d", ErrExited, s.werr, s.cfg.TCPPort, s.cfg.HTTPPort)
+			return fmt.Errorf("%w (%w) on tcp %d / http %d", ErrExited, s.werr, s.cfg.TCPPort, s.cfg.HTTPPort)
 		default:
 		}
 		if v, err := httpGet(ctx, client, q, s.cfg.Password); err == nil {

@@ -23,7 +23,7 @@ import (
 func LoadTokens(path string) (map[string]string, error) {
 	data, err := secret.ReadFile(path, "tokens file")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadTokensFile, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadTokensFile, err)
 	}
 	out := map[string]string{}
 	var errs []error
@@ -45,7 +45,7 @@ func LoadTokens(path string) (map[string]string, error) {
 		out[fields[0]] = fields[1]
 	}
 	if err := sc.Err(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrBadTokensFile, path, err))
+		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrBadTokensFile, path, err))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

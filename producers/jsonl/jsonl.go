@@ -132,7 +132,7 @@ func Produce(ctx context.Context, cfg Config, in io.Reader, stderr io.Writer) er
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	case closeErr != nil || s.Failed > 0:
-		return fmt.Errorf("not every event was acknowledged: %v", closeErr)
+		return fmt.Errorf("not every event was acknowledged: %w", closeErr)
 	case c.rejected.Load() > 0:
 		return fmt.Errorf("%w: %d of %d lines", ErrRejected, c.rejected.Load(), c.lines.Load())
 	}

@@ -152,23 +152,20 @@ func (s *Sink) drain(r *kafka.Reader) error {
 	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
 	if err := s.flushDue(dctx, r, true); err != nil {
-		s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
-		return fmt.Errorf("drain: %w", err)
+		return fmt.Errorf("drain (uncommitted rows will be redelivered): %w", err)
 	}
 	for s.pruneAwaiting(); len(s.awaiting) > 0; s.pruneAwaiting() {
 		select {
 		case <-s.doneNote:
 		case err := <-s.workErr:
-			s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
-			return fmt.Errorf("drain: %w", err)
+			return fmt.Errorf("drain (uncommitted rows will be redelivered): %w", err)
 		case <-dctx.Done():
-			s.log.Error().Err(dctx.Err()).Int("batches", len(s.awaiting)).Msg("sink drain timed out; uncommitted rows will be redelivered")
-			return fmt.Errorf("drain: %w", dctx.Err())
+			return fmt.Errorf("drain timed out after %s with %d batches in flight (uncommitted rows will be redelivered): %w",
+				s.cfg.DrainTimeout, len(s.awaiting), dctx.Err())
 		}
 	}
 	if err := s.commit(dctx, r); err != nil {
-		s.log.Error().Err(err).Msg("sink drain failed; uncommitted rows will be redelivered")
-		return fmt.Errorf("drain: %w", err)
+		return fmt.Errorf("drain (uncommitted rows will be redelivered): %w", err)
 	}
 	st := s.Stats()
 	s.log.Info().Int64("rows", st.Rows).Int64("inserts", st.Inserts).Int64("retries", st.Retries).Msg("sink stopped")

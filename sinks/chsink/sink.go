@@ -272,8 +272,7 @@ func (s *Sink) runOnce(ctx context.Context) error {
 	runErr := s.consume(ctx, r, msgs, fetchErr)
 	stopFetch()
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		s.log.Error().Err(runErr).Msg("sink stopping on error; uncommitted rows will be redelivered")
-		return runErr
+		return fmt.Errorf("sink stopping (uncommitted rows will be redelivered): %w", runErr)
 	}
 	return s.drain(r)
 }

@@ -90,7 +90,7 @@ func loadCUDALibs() (*cudaLib, error) {
 	l := &cudaLib{}
 	drv, drvPath, err := dlopenFirst([]string{cudaDriverLibraryName, cudaDriverLibraryNameAlt})
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v)", ErrNoCUDADriver, err)
+		return nil, fmt.Errorf("%w (%w)", ErrNoCUDADriver, err)
 	}
 	l.driverPath = drvPath
 	syms := []struct {
@@ -128,7 +128,7 @@ func loadCUDALibs() (*cudaLib, error) {
 
 	blas, blasPath, err := dlopenFirst(cublasCandidates())
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v)", ErrNoCUBLAS, err)
+		return nil, fmt.Errorf("%w (%w)", ErrNoCUBLAS, err)
 	}
 	l.cublasPath = blasPath
 	blasSyms := []struct {
