@@ -55,6 +55,10 @@ func (t *campaignTable) put(c *schemas.CampaignDeclared) {
 // bad record at once may both write it (same event id).
 func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *Config, m *metrics, log zerolog.Logger, parts []int) error {
 	dl := newCampaignDLQ(ctx, client, cfg, log, parts)
+	// owned: the fetchers and their restart timers, all ended by ctx,
+	// which has ended when follow returns.
+	var owned sync.WaitGroup
+	defer owned.Wait()
 	ch := make(chan fetched, len(parts))
 	streams := make([]*stream, len(parts))
 	// next is where each partition's fetcher starts again after it gave up
@@ -63,7 +67,8 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 	restarts := make([]*retry.Restarts, len(parts))
 	start := func(i int) {
 		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: parts[i], idx: i, decode: true, m: m}
-		go f.run(ctx, next[i], streams[i].want, ch)
+		owned.Add(1)
+		go func() { defer owned.Done(); f.run(ctx, next[i], streams[i].want, ch) }()
 		streams[i].want <- struct{}{}
 	}
 	for i := range parts {
@@ -97,7 +102,9 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 			d := restarts[f.stream].Next()
 			log.Warn().Err(f.err).Int("partition", parts[f.stream]).Dur("retry_in", d).
 				Msg("campaign declarations: fetch failed; reading the partition again from where it stopped")
+			owned.Add(1)
 			go func(i int) {
+				defer owned.Done()
 				select {
 				case <-time.After(d):
 					select {

@@ -1,6 +1,9 @@
 package processors
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // committer sends the offset commits of one generation's partitions,
 // coalesced. A generation commits through one connection to the group
@@ -31,8 +34,10 @@ func newCommitter(send func(map[string]map[int]int64) error) *committer {
 }
 
 // commit commits offs (topic -> partition -> offset) and returns when a
-// request holding them was answered.
-func (c *committer) commit(offs map[string]map[int]int64) error {
+// request holding them was answered, or with ctx's error when ctx ends
+// first (a hung commit does not hold a drain past its deadline; the
+// request, which takes no context, is answered to nobody).
+func (c *committer) commit(ctx context.Context, offs map[string]map[int]int64) error {
 	if len(offs) == 0 {
 		return nil
 	}
@@ -62,7 +67,12 @@ func (c *committer) commit(offs map[string]map[int]int64) error {
 		go c.loop()
 	}
 	c.mu.Unlock()
-	return <-done
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // loop sends what was submitted, a round at a time, until nothing is left.

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"sync"
@@ -27,7 +28,7 @@ func TestCommitterCoalesces(t *testing.T) {
 	c.queued = func(n int) { waiting <- n }
 
 	first := make(chan error, 1)
-	go func() { first <- c.commit(map[string]map[int]int64{"a": {0: 10}}) }()
+	go func() { first <- c.commit(context.Background(), map[string]map[int]int64{"a": {0: 10}}) }()
 	<-inFlight // the first request is in flight
 
 	// Five more, while it is: partitions 1..4 of a, and partition 0 of a again.
@@ -39,7 +40,7 @@ func TestCommitterCoalesces(t *testing.T) {
 			offs = map[string]map[int]int64{"a": {0: 20}, "b": {0: 7}}
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = c.commit(offs) }()
+		go func() { defer wg.Done(); errs[i] = c.commit(context.Background(), offs) }()
 	}
 	for n := 0; n < 5; {
 		select {
@@ -79,12 +80,33 @@ func TestCommitterCoalesces(t *testing.T) {
 
 	// Idle again: the next commit is a request of its own.
 	go func() { <-inFlight; release <- nil }()
-	if err := c.commit(map[string]map[int]int64{"a": {5: 1}}); err != nil {
+	if err := c.commit(context.Background(), map[string]map[int]int64{"a": {5: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sent) != 3 {
 		t.Fatalf("%d requests, want 3", len(sent))
+	}
+}
+
+// TestCommitReturnsWhenItsContextEnds: a commit whose request hangs (a
+// broker that never answers) returns ctx's error once ctx ends, so a
+// partition's drain keeps its DrainTimeout.
+func TestCommitReturnsWhenItsContextEnds(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	c := newCommitter(func(map[string]map[int]int64) error { <-release; return nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.commit(ctx, map[string]map[int]int64{"a": {0: 1}}) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("commit after its deadline: %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("commit still waits for a hung request 10s after its context ended")
 	}
 }

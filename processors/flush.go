@@ -118,7 +118,7 @@ func (w *partWork) flush(ctx context.Context, out *sink, processed int, commit m
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := w.commits.commit(commit); err != nil {
+		if err := w.commits.commit(ctx, commit); err != nil {
 			p.log.Warn().Err(err).Str("group", w.group).Int("partition", w.part).Msg("commit failed; the partition's work stops and starts again from the committed offsets")
 			return err
 		}

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harnessflow/harnessflow/internal/broker"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/harnessflow/harnessflow/internal/broker"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
+	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers/gen"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -52,6 +52,7 @@ func rawEventsIn(t *testing.T, reg *prometheus.Registry) float64 {
 // ends a generation when any one partition's function returns, and that
 // used to cancel the drains of the partitions still writing.
 func TestCleanStopDrainsEveryPartition(t *testing.T) {
+	testenv.NoLeaks(t, "github.com/harnessflow/harnessflow/processors")
 	addr := startBroker(t)
 	msgs, err := testCampaign().Messages()
 	if err != nil {
@@ -223,6 +224,7 @@ func fetchGaveUp(t *testing.T, reg *prometheus.Registry, topic string) float64 {
 // again from where it stopped, and the processor, still running, processes
 // a second campaign once the broker is back on its data dir.
 func TestBrokerOutageLongerThanTheRetryBudget(t *testing.T) {
+	testenv.NoLeaks(t, "github.com/harnessflow/harnessflow/processors")
 	dir := t.TempDir()
 	opts := []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond)}
 	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: dir, Opts: opts})

@@ -3,6 +3,7 @@ package processors
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -47,9 +48,15 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	// ctx stops the fetchers: generation or run over. fctx bounds writes and
 	// commits: it ends with the generation, and DrainTimeout after the run
 	// (at once when DrainTimeout < 0: a crash).
+	//
+	// The fetchers and the flush context's goroutine are owned: run waits
+	// for them (after cancel and fcancel, which end them), so a partition
+	// started again never overlaps its previous fetchers.
+	var owned sync.WaitGroup
+	defer owned.Wait()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fctx, fcancel := w.flushContext(gctx, runCtx, cancel)
+	fctx, fcancel := w.flushContext(gctx, runCtx, cancel, &owned)
 	defer func() {
 		// Never leave a flush running behind the generation.
 		fcancel()
@@ -59,7 +66,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 	sizeKey := w.stage + "/" + strconv.Itoa(w.part)
 	defer p.setSize(sizeKey, partSize{})
 	p.m.rebuilds.WithLabelValues(w.stage).Inc()
-	ch := w.startFetchers(ctx)
+	ch := w.startFetchers(ctx, &owned)
 	return w.loop(gctx, runCtx, fctx, ch, st, sizeKey)
 }
 
@@ -68,7 +75,7 @@ func (w *partWork) run(gctx, runCtx context.Context) error {
 // (gctx), and DrainTimeout after the run (runCtx) ends; at once when
 // DrainTimeout < 0 (a crash). Whichever of the three ends first, the
 // goroutine also calls stopFetch, which stops the fetchers.
-func (w *partWork) flushContext(gctx, runCtx context.Context, stopFetch context.CancelFunc) (context.Context, context.CancelFunc) {
+func (w *partWork) flushContext(gctx, runCtx context.Context, stopFetch context.CancelFunc, owned *sync.WaitGroup) (context.Context, context.CancelFunc) {
 	cfg := &w.p.cfg
 	fparent := context.Background()
 	if cfg.DrainTimeout < 0 {
@@ -77,7 +84,9 @@ func (w *partWork) flushContext(gctx, runCtx context.Context, stopFetch context.
 		fparent = runCtx
 	}
 	fctx, fcancel := context.WithCancel(fparent)
+	owned.Add(1)
 	go func() {
+		defer owned.Done()
 		select {
 		case <-gctx.Done():
 			fcancel()
@@ -131,8 +140,8 @@ func (w *partWork) newStage() stageHooks {
 
 // startFetchers starts one fetcher per stream, reading from the log start
 // until ctx ends, and asks each for its first fetch. Their fetches arrive on
-// the returned channel.
-func (w *partWork) startFetchers(ctx context.Context) <-chan fetched {
+// the returned channel; owned counts them until they end.
+func (w *partWork) startFetchers(ctx context.Context, owned *sync.WaitGroup) <-chan fetched {
 	p := w.p
 	ch := make(chan fetched, len(w.streams))
 	for i, s := range w.streams {
@@ -140,7 +149,8 @@ func (w *partWork) startFetchers(ctx context.Context) <-chan fetched {
 		if w.stage == stageB {
 			f.cache, f.split = p.cache, true
 		}
-		go f.run(ctx, -1, s.want, ch)
+		owned.Add(1)
+		go func() { defer owned.Done(); f.run(ctx, -1, s.want, ch) }()
 		s.want <- struct{}{}
 		s.inflight = true
 	}

@@ -241,6 +241,7 @@ func tail(s string, n int) string {
 }
 
 func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
+	testenv.NoLeaks(t, "github.com/harnessflow/harnessflow/trainer")
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	r := rand.New(rand.NewPCG(21, 22))

@@ -10,14 +10,18 @@ import (
 )
 
 // startFetcher starts the fetcher, which owns the reader's FetchMessage and
-// hands each message to the loop on msgs. msgs is unbuffered beyond the
-// reader's own queue, so a loop blocked in a retrying insert stops fetching.
-// The fetcher stops when ctx ends or a fetch fails; then it queues the error
-// on fetchErr (not when ctx ended) and closes msgs.
-func (s *Sink) startFetcher(ctx context.Context, r *kafka.Reader) (msgs <-chan kafka.Message, fetchErr <-chan error) {
+// hands each message to the loop on msgs. msgs buffers 256 messages beyond
+// the reader's own queue, so a loop blocked in a retrying insert stops
+// fetching soon after. The fetcher stops when ctx ends or a fetch fails;
+// then it queues the error on fetchErr (not when ctx ended) and closes
+// msgs. wait returns once it has stopped (call it after ending ctx, before
+// closing r).
+func (s *Sink) startFetcher(ctx context.Context, r *kafka.Reader) (msgs <-chan kafka.Message, fetchErr <-chan error, wait func()) {
 	out := make(chan kafka.Message, 256)
 	errc := make(chan error, 1)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		defer close(out)
 		for {
 			m, err := r.FetchMessage(ctx)
@@ -34,7 +38,7 @@ func (s *Sink) startFetcher(ctx context.Context, r *kafka.Reader) (msgs <-chan k
 			}
 		}
 	}()
-	return out, errc
+	return out, errc, func() { <-done }
 }
 
 // startWorkers starts the workers: the inserters take full buffers

@@ -37,9 +37,6 @@ import (
 // recomputes more slowly than attempts arrive.
 const maxRecomputeJobs = 64
 
-// coalescePoll is how often a waiting worker checks for inserts in flight.
-const coalescePoll = 5 * time.Millisecond
-
 // part is the share of one inserted task_attempts batch that belongs to one
 // project: its cells, what verifying them expects (on a cluster), and the
 // lowest offset per partition of its rows, which commit holds until the
@@ -269,21 +266,13 @@ func (s *Sink) recomputeWorker(ctx context.Context, cs CellScorer, q *recomputeQ
 		// Coalesce: while inserts are still in flight (a sustained load),
 		// wait for them, up to MaxAge, so that one recomputation covers
 		// several inserts instead of competing with each of them.
-		deadline := time.Now().Add(s.cfg.MaxAge)
-		var wait *time.Timer
-		for s.inflight.Load() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-			if wait == nil {
-				wait = time.NewTimer(coalescePoll)
-			} else {
-				wait.Reset(coalescePoll)
-			}
+		if idle := s.inflight.Idle(); s.inflight.Load() > 0 {
+			wait := time.NewTimer(s.cfg.MaxAge)
 			select {
+			case <-idle:
 			case <-wait.C:
 			case <-ctx.Done():
 			}
-			parts = append(parts, q.more(project)...)
-		}
-		if wait != nil {
 			wait.Stop()
 		}
 		parts = append(parts, q.more(project)...)

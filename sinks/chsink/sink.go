@@ -81,7 +81,7 @@ type Sink struct {
 	doneNote chan struct{}
 	workErr  chan error
 	failed   atomic.Bool  // a worker failed: the others only drain jobs
-	inflight atomic.Int64 // jobs handed to the inserters and not inserted yet
+	inflight inflightJobs // jobs handed to the inserters and not inserted yet
 
 	// ownWriter: w is the ConnWriter Run opened (not WithWriter's).
 	ownWriter bool
@@ -233,7 +233,7 @@ func (s *Sink) reset() {
 	s.fetched, s.first, s.committed = map[tp]int64{}, map[tp]int64{}, map[tp]int64{}
 	s.awaiting = nil
 	s.failed.Store(false)
-	s.inflight.Store(0)
+	s.inflight.Reset()
 	if s.ownWriter {
 		s.w, s.ownWriter = nil, false
 	}
@@ -265,12 +265,13 @@ func (s *Sink) runOnce(ctx context.Context) error {
 	// The fetcher owns the reader's FetchMessage; the loop (consume) owns
 	// everything else.
 	fctx, stopFetch := context.WithCancel(ctx)
-	defer stopFetch()
-	msgs, fetchErr := s.startFetcher(fctx, r)
+	msgs, fetchErr, waitFetch := s.startFetcher(fctx, r)
+	defer func() { stopFetch(); waitFetch() }()
 	stopWorkers := s.startWorkers()
 	defer stopWorkers()
 	runErr := s.consume(ctx, r, msgs, fetchErr)
 	stopFetch()
+	waitFetch()
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return fmt.Errorf("sink stopping (uncommitted rows will be redelivered): %w", runErr)
 	}

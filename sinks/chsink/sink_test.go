@@ -402,6 +402,7 @@ func attempts(from, n int) []schemas.Event {
 }
 
 func TestSinkSurvivesClickHouseOutageWithNothingLost(t *testing.T) {
+	testenv.NoLeaks(t, "github.com/harnessflow/harnessflow/sinks/chsink")
 	broker := testenv.Kafka(t)
 	srv := testenv.StartClickHouse(t, "")
 	brokers := []string{broker.Addr()}
@@ -487,6 +488,7 @@ func TestConfigValidate(t *testing.T) {
 // and it must start its consumer again from the committed offsets (not stop)
 // and end with every row exactly once.
 func TestSinkSurvivesBrokerRestart(t *testing.T) {
+	testenv.NoLeaks(t, "github.com/harnessflow/harnessflow/sinks/chsink")
 	dir := t.TempDir()
 	b1 := testenv.Kafka(t, dir)
 	addr := b1.Addr()
