@@ -166,14 +166,22 @@ func (p *Processor) stopWhenCaughtUp(ctx context.Context, stop context.CancelFun
 	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
+	var lastErr string
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		lag, err := lag(ctx, p.client, cfg.Group, ends)
-		if err == nil && lag == 0 {
+		behind, err := lag(ctx, p.client, cfg.Group, ends)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// Logged once per distinct error: the check runs every 50 ms.
+			if err.Error() != lastErr {
+				lastErr = err.Error()
+				p.log.Warn().Err(err).Str("group", cfg.Group).Msg("read the group's committed offsets to see whether it caught up; retrying")
+			}
+		case err == nil && behind == 0:
 			p.log.Info().Str("group", cfg.Group).Msg("caught up with the raw topics' end offsets read at start")
 			stop()
 			return nil

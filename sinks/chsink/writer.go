@@ -38,16 +38,25 @@ type CellVerifier interface {
 	VerifyCellScores(ctx context.Context, checks []chddl.CellCheck) ([]chddl.CellKey, error)
 }
 
-// connWriter implements BatchWriter and CellScorer over clickhouse-go's native protocol with
-// named-column batch inserts into database.
+// ConnWriter is the writer NewConnWriter returns: a BatchWriter that also
+// recomputes (CellScorer) and verifies (CellVerifier) cell_scores, so that
+// a caller wrapping it sees all it can do.
+type ConnWriter interface {
+	BatchWriter
+	CellScorer
+	CellVerifier
+}
+
+// connWriter implements ConnWriter over clickhouse-go's native protocol
+// with named-column batch inserts into database.
 type connWriter struct {
 	conn     driver.Conn
 	database string
 }
 
-// NewConnWriter returns a BatchWriter that inserts into database through conn
+// NewConnWriter returns a ConnWriter that inserts into database through conn
 // with `INSERT INTO db.table (columns...)` native batches.
-func NewConnWriter(conn driver.Conn, database string) BatchWriter {
+func NewConnWriter(conn driver.Conn, database string) ConnWriter {
 	return &connWriter{conn: conn, database: database}
 }
 
