@@ -19,9 +19,10 @@ func NVIDIAPresent() bool {
 	return false
 }
 
-// OpenCUDA opens the CUDA backend. It is nil unless the CUDA implementation
-// (cuda*.go) sets it in its init; it returns an error when no usable GPU or
-// driver library is present.
+// OpenCUDA opens the CUDA backend. cuda.go's init sets it in every build
+// (the driver libraries are loaded at run time, not linked); it returns an
+// error when no usable GPU or driver library is present. It stays nil only
+// in a program that leaves cuda.go out.
 var OpenCUDA func() (Backend, error)
 
 // ErrUnknownDevice is returned by Open for a device other than auto, cpu, cuda.
