@@ -1078,12 +1078,21 @@ func TestComposeCluster(t *testing.T) {
 			}
 		}
 		if f := cmd.Flags().Lookup("clickhouse"); f != nil && f.Changed {
-			host, _, _ := strings.Cut(f.Value.String(), ":")
-			if _, ok := place[host]; !ok {
-				t.Errorf("%s: --clickhouse %s, no server of cluster %s", name, f.Value, clusterFlag)
+			nodes := strings.Split(f.Value.String(), ",")
+			for _, n := range nodes {
+				host, _, _ := strings.Cut(n, ":")
+				if _, ok := place[host]; !ok {
+					t.Errorf("%s: --clickhouse %s: %s is no server of cluster %s", name, f.Value, n, clusterFlag)
+				}
+			}
+			// The long-running clients fail over (docs/operations.md: "each
+			// with --clickhouse listing two or more nodes").
+			if (cmd.Name() == "sink" || cmd.Name() == "train") && len(nodes) < 2 {
+				t.Errorf("%s: --clickhouse %s lists one node; list two or more to fail over", name, f.Value)
 			}
 			if cmd.Name() == "sink" {
-				sinkShards = append(sinkShards, place[host][0])
+				first, _, _ := strings.Cut(nodes[0], ":")
+				sinkShards = append(sinkShards, place[first][0])
 			}
 		}
 		base, ok := single.Services[name]
