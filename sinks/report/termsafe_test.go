@@ -35,3 +35,28 @@ func TestTextReportEscapesTerminalControls(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadNeedsTwoEvolvers: the Δupdate spread (best − worst evolver) is
+// printed over two or more evolvers with a defined Δupdate, and said to be
+// undefined over one (it used to print 0.0 pp, a figure nobody measured).
+func TestSpreadNeedsTwoEvolvers(t *testing.T) {
+	v := func(x float64) *float64 { return &x }
+	for _, c := range []struct {
+		gains []UpdateGain
+		want  string
+	}{
+		{[]UpdateGain{{Benchmark: "swe", Evolver: "a", DeltaPP: v(2.5)}, {Benchmark: "swe", Evolver: "b", DeltaPP: nil}},
+			"swe: Δupdate spread undefined (one evolver with a defined Δupdate; a spread needs two)"},
+		{[]UpdateGain{{Benchmark: "swe", Evolver: "a", DeltaPP: v(2.5)}, {Benchmark: "swe", Evolver: "b", DeltaPP: v(-1)}},
+			"swe: Δupdate spread (best − worst evolver) 3.5 pp over 2 evolvers"},
+	} {
+		r := &Report{Campaign: "spread", Benchmarks: []string{"swe"}, UpdateGain: c.gains}
+		var b bytes.Buffer
+		if err := r.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), c.want) || strings.Contains(b.String(), "spread (best − worst evolver) 0.0 pp") {
+			t.Errorf("report says:\n%s\nwant a line %q", b.String(), c.want)
+		}
+	}
+}

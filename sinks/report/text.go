@@ -71,9 +71,12 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		table("benchmark\tevolver\tΔupdate\tanchors\tseeds", rows)
 		for _, b := range r.Benchmarks {
-			lo, hi, ok := spread(r.UpdateGain, b)
-			if ok {
-				fmt.Fprintf(bw, "%s: Δupdate spread (best − worst evolver) %.1f pp\n", b, hi-lo)
+			lo, hi, n := spread(r.UpdateGain, b)
+			switch {
+			case n >= 2:
+				fmt.Fprintf(bw, "%s: Δupdate spread (best − worst evolver) %.1f pp over %d evolvers\n", b, hi-lo, n)
+			case n == 1:
+				fmt.Fprintf(bw, "%s: Δupdate spread undefined (one evolver with a defined Δupdate; a spread needs two)\n", b)
 			}
 		}
 	}
@@ -283,19 +286,20 @@ func roundSizes(rounds []RoundPoint) []RoundSize {
 	return out
 }
 
-// spread returns the min and max Δupdate over evolvers of benchmark b.
-func spread(us []UpdateGain, b string) (lo, hi float64, ok bool) {
+// spread returns the min and max Δupdate over the evolvers of benchmark b
+// whose Δupdate is defined, and how many there are (a spread needs two).
+func spread(us []UpdateGain, b string) (lo, hi float64, n int) {
 	for _, u := range us {
 		if u.Benchmark != b || u.DeltaPP == nil {
 			continue
 		}
-		if !ok {
-			lo, hi, ok = *u.DeltaPP, *u.DeltaPP, true
-			continue
+		if n == 0 {
+			lo, hi = *u.DeltaPP, *u.DeltaPP
 		}
 		lo, hi = min(lo, *u.DeltaPP), max(hi, *u.DeltaPP)
+		n++
 	}
-	return lo, hi, ok
+	return lo, hi, n
 }
 
 // termSafe writes what it is given with every control character but '\n'
