@@ -1,5 +1,5 @@
 // Package processors is harnessflow's streaming processor runtime
-// (DESIGN.md §4): `harnessflow process` and `harnessflow replay`. It validates
+// (docs/design.md §4): `harnessflow process` and `harnessflow replay`. It validates
 // raw events in stages, dead-letters bad input, re-keys admitted events by
 // pairing key, and drives processors/score, which pairs cells with their
 // baseline and derives labeled samples and round metrics.

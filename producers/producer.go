@@ -1,4 +1,4 @@
-// Package producers is harnessflow's Go SDK for emitting events (DESIGN.md §1):
+// Package producers is harnessflow's Go SDK for emitting events (docs/design.md §1):
 // a Producer validates and encodes each event, queues it in a bounded buffer
 // and writes batches to the event's topic (schemas.TopicFor), keyed by its
 // partition key (cell_id; campaign_id for campaigns), with RequireAll acks and

@@ -7,7 +7,7 @@ import (
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
-// ProducerTypes are the event types a producer sends (DESIGN.md §3's raw
+// ProducerTypes are the event types a producer sends (docs/design.md §3's raw
 // events): what an agent, a harness or an importer observes. Every other
 // type (labeled_sample, round_metrics, rejected, checkpoint_published, and
 // any type added later) is derived: the pipeline writes it, and the SDKs, the

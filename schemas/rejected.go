@@ -26,7 +26,7 @@ type Origin struct {
 
 // NewRejected returns the dead letter of the message at o, written by source
 // (the stage's name in the event's Source field) at stage for reason code
-// (the DLQ's codes, DESIGN.md §3) with message saying why in words, prefixed
+// (the DLQ's codes, docs/design.md §3) with message saying why in words, prefixed
 // with the entity the message is about ("update u-17 (cell c-3): ..." from
 // o.Event, else from o.Topic and o.Payload by PayloadEntity, else no prefix)
 // and cut at MaxRejectedMessage bytes (on a rune boundary). The payload is

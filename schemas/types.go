@@ -1,4 +1,4 @@
-// Package schemas holds harnessflow's event contract (DESIGN.md §3): one typed Go
+// Package schemas holds harnessflow's event contract (docs/design.md §3): one typed Go
 // struct per event, the Avro schemas they travel in, and the codecs between the
 // Avro wire forms, the JSON form and these structs.
 //
@@ -46,7 +46,7 @@ import "time"
 // Type is the snake_case name of an event, the `"type"` of its JSON form.
 type Type string
 
-// The event types of DESIGN.md §3.
+// The event types of docs/design.md §3.
 const (
 	TypeCampaignDeclared    Type = "campaign_declared"
 	TypeCellStarted         Type = "cell_started"
@@ -316,7 +316,7 @@ type LabeledSample struct {
 	ProducedAt          time.Time `json:"produced_at"`
 }
 
-// RoundMetrics are one closed round's (cycle's) figures for a cell (METRICS.md).
+// RoundMetrics are one closed round's (cycle's) figures for a cell (docs/metrics.md).
 type RoundMetrics struct {
 	Envelope
 	CellID       string `json:"cell_id"`
@@ -431,7 +431,7 @@ func New(t Type) Event {
 	return nil
 }
 
-// Topic names (DESIGN.md §1, §3). Settings live in infra/kafkatopics.
+// Topic names (docs/design.md §1, §3). Settings live in infra/kafkatopics.
 const (
 	TopicCampaigns    = "hf.campaigns"
 	TopicCells        = "hf.cells"

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Validate checks the syntax rules of DESIGN.md §3 on a typed event, whatever
+// Validate checks the syntax rules of docs/design.md §3 on a typed event, whatever
 // its origin (JSON, Avro, a Go caller): required identifying fields are
 // non-empty, enum fields hold one of their symbols, numbers are in range
 // (scores and phase scores in [0,1] and not NaN, effect in [-1,1], p_value in

@@ -33,7 +33,7 @@ import (
 var clusterTables = []string{"campaigns", "cells", "task_attempts", "skill_events", "harness_updates",
 	"adherence_judgments", "labeled_samples", "round_metrics", "cell_scores"}
 
-// clusterViews are the analyst views (DESIGN.md §5).
+// clusterViews are the analyst views (docs/design.md §5).
 var clusterViews = []string{"v_cell_scores", "v_pair_gain", "v_update_gain", "v_benefit_gain",
 	"v_skill_activation", "v_adherence", "v_round_stability", "v_label_summary"}
 

@@ -94,7 +94,7 @@ func generate(t *testing.T, cfg sim.Config) []schemas.Event {
 // TestUpDemoMatchesGroundTruth runs the whole pipeline (embedded broker,
 // managed ClickHouse, processors, sink, trainer, ingest) on a simulated
 // campaign and checks that the report's figures equal those computed
-// directly from the generated events (sim.Expected, METRICS.md definitions).
+// directly from the generated events (sim.Expected, docs/metrics.md definitions).
 func TestUpDemoMatchesGroundTruth(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := startStack(t, dir)

@@ -1,4 +1,4 @@
-// Package trainer is harnessflow's continuous trainer (DESIGN.md §6): a
+// Package trainer is harnessflow's continuous trainer (docs/design.md §6): a
 // consumer of hf.samples that never stops, micro-batching samples into AdamW
 // steps of a reward model (hashed n-grams + categorical embeddings → MLP →
 // effect mean, log-variance and label logits) on a backend.Backend, with

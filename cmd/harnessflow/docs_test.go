@@ -277,3 +277,73 @@ func TestReadmeListsEverySubcommand(t *testing.T) {
 		}
 	}
 }
+
+// TestDesignCitationsResolve: the code and documents cite the design and the
+// metric definitions in the repository, docs/design.md §N (a section that
+// exists) and docs/metrics.md; a bare DESIGN.md or METRICS.md (files not in
+// the repository) is left only in the released SQL migrations, which cannot
+// change.
+func TestDesignCitationsResolve(t *testing.T) {
+	root := filepath.Join("..", "..")
+	design, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "docs", "metrics.md")); err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^## (\d+)\. `).FindAllStringSubmatch(string(design), -1) {
+		sections[m[1]] = true
+	}
+	if len(sections) < 7 {
+		t.Fatalf("docs/design.md has sections %v, want §1 to §7", sections)
+	}
+	cite := regexp.MustCompile(`docs/design\.md §(\d+)`)
+	bare := regexp.MustCompile(`(?:^|[^/\w])(DESIGN|METRICS)\.md`)
+	files := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if n := d.Name(); n == "node_modules" || n == "testdata" || (strings.HasPrefix(n, ".") && rel != ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(path)
+		if !map[string]bool{".go": true, ".md": true, ".py": true, ".yml": true, ".json": true, ".sh": true, ".sql": true}[ext] ||
+			d.Name() == "docs_test.go" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files++
+		text := string(b)
+		for _, m := range cite.FindAllStringSubmatch(text, -1) {
+			if !sections[m[1]] {
+				t.Errorf("%s cites docs/design.md §%s, which has no such section", rel, m[1])
+			}
+		}
+		released := ext == ".sql" && strings.HasPrefix(rel, filepath.Join("infra", "chddl"))
+		if rel == filepath.Join("docs", "design.md") || rel == filepath.Join("docs", "metrics.md") || released {
+			return nil
+		}
+		for i, line := range strings.Split(text, "\n") {
+			if bare.MatchString(line) {
+				t.Errorf("%s:%d cites %s, which is not in the repository: cite docs/design.md §N or docs/metrics.md", rel, i+1, bare.FindString(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("walked %d files: not the module's tree", files)
+	}
+}

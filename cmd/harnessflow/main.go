@@ -1,5 +1,5 @@
 // Command harnessflow is the one binary of harnessflow: one subcommand per
-// component (DESIGN.md §1). Run `harnessflow --help` for the list.
+// component (docs/design.md §1). Run `harnessflow --help` for the list.
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Package kafkatopics is the one place where harnessflow's Kafka topics are defined:
-// names, partitions, replication and retention/compaction settings (DESIGN.md §3).
+// names, partitions, replication and retention/compaction settings (docs/design.md §3).
 // Every component applies these idempotently at start (internal/kafkax.EnsureTopics),
 // against the embedded broker or a real cluster alike.
 package kafkatopics

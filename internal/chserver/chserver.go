@@ -1,6 +1,6 @@
 // Package chserver runs a local clickhouse-server as a child process with a data
 // dir of its own, on loopback ports: the embedded ClickHouse of `harnessflow up`
-// and of the tests (DESIGN.md §2).
+// and of the tests (docs/design.md §2).
 //
 // It works with Debian's clickhouse-server 18.16 and with current single-binary
 // releases (`clickhouse server`). The config it writes uses only options both

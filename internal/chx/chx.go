@@ -165,7 +165,7 @@ func Retryable(err error) bool {
 }
 
 // ServerVersion asks the server for its version (`SELECT version()`), for
-// choosing optional features (DESIGN.md §2).
+// choosing optional features (docs/design.md §2).
 func ServerVersion(ctx context.Context, conn driver.Conn) (chddl.Version, error) {
 	var raw string
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&raw); err != nil {

@@ -1,5 +1,5 @@
 // Package score is the pure, deterministic core of the processor's second
-// stage (DESIGN.md §4, METRICS.md): it pairs the cells of one pairing key
+// stage (docs/design.md §4, docs/metrics.md): it pairs the cells of one pairing key
 // ("project/campaign_id/benchmark/agent_model/seed") and turns their admitted
 // events into labeled samples (one per harness update) and round metrics (one
 // per cell and cycle). It does no I/O: the runtime keeps one Pairer per

@@ -26,7 +26,7 @@ type Stats struct {
 	// the cell finished.
 	Orphans int64
 	// EmptyUpdates: harness updates with no artifact (not an update,
-	// METRICS.md): no sample.
+	// docs/metrics.md): no sample.
 	EmptyUpdates int64
 	// SkippedUpdates: updates of baseline and split_train cells, which yield no
 	// sample by rule (a split_train cell's updates are measured in its

@@ -120,7 +120,7 @@ func meanVar(xs []float64) (mean, variance float64, constant bool) {
 	return mean, ss / float64(len(xs)-1), false
 }
 
-// Design says how an update's effect is measured (DESIGN.md §4).
+// Design says how an update's effect is measured (docs/design.md §4).
 type Design int
 
 const (
@@ -218,7 +218,7 @@ func clip(x float64) float64 {
 	return x
 }
 
-// Label returns the label of an effect (METRICS.md): positive if
+// Label returns the label of an effect (docs/metrics.md): positive if
 // effect ≥ ε and p < α, negative if effect ≤ −ε and p < α, neutral otherwise,
 // including when n (the smaller of the two sample sizes) is below MinPairs.
 // Zero fields of params take their defaults.

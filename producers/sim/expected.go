@@ -7,7 +7,7 @@ import (
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
-// CellFigures are one cell's scores (METRICS.md "Pass rate").
+// CellFigures are one cell's scores (docs/metrics.md "Pass rate").
 type CellFigures struct {
 	CampaignID, CellID, Benchmark, Agent, Evolver, Route string
 	Seed                                                 int32
@@ -49,7 +49,7 @@ type Benefit struct {
 	Below int
 }
 
-// Activation are an agent's skill-activation figures (METRICS.md).
+// Activation are an agent's skill-activation figures (docs/metrics.md).
 type Activation struct {
 	// Attempts with skills_available > 0.
 	Offered int
@@ -66,7 +66,7 @@ type Activation struct {
 	LoadSuccessRate *float64
 }
 
-// Adherence are an agent's phase means, drift and decay (METRICS.md).
+// Adherence are an agent's phase means, drift and decay (docs/metrics.md).
 type Adherence struct {
 	HarnessLoaded, FirstAction, Midpoint, PreFinal, FinalValidation *float64
 	// Drift = FinalValidation − HarnessLoaded.
@@ -75,7 +75,7 @@ type Adherence struct {
 	Decay *float64
 }
 
-// ExpectedFigures are METRICS.md's figures computed directly from events.
+// ExpectedFigures are docs/metrics.md's figures computed directly from events.
 type ExpectedFigures struct {
 	Campaign       string
 	AnchorAgents   []string

@@ -1,6 +1,6 @@
 package sim
 
-// The generative model's calibration (METRICS.md, "Calibration facts"). Every
+// The generative model's calibration (docs/metrics.md, "Calibration facts"). Every
 // figure is a parameter of the generator, not a promise about one run's output:
 // a run draws tasks, rounds and noise around them.
 

@@ -1,6 +1,6 @@
 // Package sim generates a full, deterministic cross-evaluation campaign (agents
 // × evolvers × benchmarks, with baselines) as harnessflow events, from a
-// generative model calibrated to METRICS.md's facts: flat harness-updating
+// generative model calibrated to docs/metrics.md's facts: flat harness-updating
 // across evolver tiers, non-monotonic harness-benefit, weak agents' activation
 // and adherence failures, round-to-round noise, occasional negative updates,
 // retries.
@@ -8,7 +8,7 @@
 // Generate is a pure function of its Config: the same Config yields the same
 // events, in the same order, with the same ids and event times (derived from a
 // fixed epoch and the seed, never the wall clock). Run streams them to an
-// Emitter with a progress bar; Expected recomputes METRICS.md's figures from
+// Emitter with a progress bar; Expected recomputes docs/metrics.md's figures from
 // the events with plain, direct code, as ground truth for end-to-end tests.
 package sim
 

@@ -154,7 +154,7 @@ func TestGenerateContract(t *testing.T) {
 	}
 }
 
-// TestCalibration checks METRICS.md's facts on seeds 1-3 pooled (Expected
+// TestCalibration checks docs/metrics.md's facts on seeds 1-3 pooled (Expected
 // averages Δ over seeds): the facts are expectations, and one seed's five
 // updates per cell leave them to chance (with the effects drawn independently
 // of the content, seeds 2, 6 and 10 of 1-12 failed alone; with the content

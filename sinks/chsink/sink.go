@@ -1,5 +1,5 @@
 // Package chsink is the ClickHouse sink: a Kafka consumer group over every raw
-// and derived topic that writes each event to its table (DESIGN.md §5) in
+// and derived topic that writes each event to its table (docs/design.md §5) in
 // large named-column native inserts, and commits offsets only after the rows
 // are in ClickHouse.
 //

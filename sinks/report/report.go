@@ -1,5 +1,5 @@
 // Package report builds harnessflow's campaign report from the ClickHouse
-// analyst views (DESIGN.md §5, METRICS.md): the pass-rate matrices, Δupdate per
+// analyst views (docs/design.md §5, docs/metrics.md): the pass-rate matrices, Δupdate per
 // evolver, Δbenefit per agent, skill activation, adherence by phase, round
 // stability, label counts, per-round minimum detectable effects, and the
 // critic's learning curve (critic_evals, with critic_eval_diffs' paired

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 1
 #: A timestamp: epoch milliseconds, RFC 3339 text, or a datetime (naive means UTC).
 Timestamp = Union[int, str, _dt.datetime]
 
-#: The event types these helpers build, in the order of DESIGN.md.
+#: The event types these helpers build, in the order of docs/design.md §3.
 TYPES = ('campaign_declared', 'cell_started', 'task_attempt', 'skill_event', 'harness_update', 'adherence_judgment', 'cell_finished')
 
 

@@ -273,7 +273,7 @@ SCHEMA_VERSION = {number}
 #: A timestamp: epoch milliseconds, RFC 3339 text, or a datetime (naive means UTC).
 Timestamp = Union[int, str, _dt.datetime]
 
-#: The event types these helpers build, in the order of DESIGN.md.
+#: The event types these helpers build, in the order of docs/design.md §3.
 TYPES = {types}
 
 
