@@ -35,7 +35,10 @@ func derive(ctx context.Context, sims []sim.Config, progress io.Writer) ([]*sche
 	if err := kafkax.EnsureAllTopics(ctx, brokers, b.TopicOption()); err != nil {
 		return nil, err
 	}
-	p, err := producers.New(producers.Config{Brokers: brokers, BatchSize: 5000, BatchTimeout: 5 * time.Millisecond})
+	// A bench harness on a loaded machine: the embedded broker may answer
+	// slowly for longer than a producer's usual 30 s of retries; the run's
+	// context bounds the retries instead.
+	p, err := producers.New(producers.Config{Brokers: brokers, BatchSize: 5000, BatchTimeout: 5 * time.Millisecond, MaxElapsedTime: time.Hour})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,6 +32,9 @@ func simRunCLI(t *testing.T, args ...string) (int, string, string) {
 		if errors.As(err, &ee) {
 			code = ee.code
 		}
+		// What main prints to the process's stderr: the test's failure
+		// message then says why the command failed.
+		fmt.Fprintln(&stderr, "harnessflow:", err)
 	}
 	return code, stdout.String(), stderr.String()
 }
