@@ -364,11 +364,12 @@ func (c *cells) started(cs *cellState, id cellKey, st *schemas.CellStarted, m *i
 }
 
 // attempt handles a task_attempt of the started cell cs: admitted when its
-// harness version is known (which may release a held finish), else it waits
-// for the update that introduces it, or is a dead letter once the cell
-// finished.
+// harness version is known or empty (the cell's current version, as the
+// scorer reads it: score/doc.go), which may release a held finish; else it
+// waits for the update that introduces it, or is a dead letter once the
+// cell finished.
 func (c *cells) attempt(cs *cellState, id cellKey, ev *schemas.TaskAttempt, m *inMsg, emit bool, out *sink, now time.Time) {
-	if _, ok := cs.known[ev.HarnessVersion]; !ok {
+	if _, ok := cs.known[ev.HarnessVersion]; !ok && ev.HarnessVersion != "" {
 		if cs.finished {
 			c.deadLetter(m, unknownVersion(ev, "the cell finished"), emit, out)
 			return

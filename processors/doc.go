@@ -101,8 +101,9 @@
 //     event id (duplicate_cell); an update's from_version is the cell's
 //     current version (version_chain), none of its artifacts' content hashes
 //     is already in the cell (duplicate_content), it names evidence
-//     (no_evidence); an attempt's harness_version is h0 or the to_version of
-//     an accepted update (else it waits for that update until the cell
+//     (no_evidence); an attempt's harness_version is h0, the to_version of
+//     an accepted update, or empty (the cell's current version, as the
+//     scorer reads it) (else it waits for that update until the cell
 //     finishes or the pending timeout passes, then unknown_version).
 //
 // A redelivered raw event (same event_id) is skipped for cell_started,

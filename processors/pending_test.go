@@ -424,3 +424,52 @@ func TestFinishShortOfAttemptsTimesOut(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyHarnessVersionIsTheCurrentOne: the scorer takes an attempt with
+// an empty harness_version as solved under the cell's current version
+// (score/doc.go); the validator used to hold it for an update introducing
+// version "" and dead-letter it when the cell finished. With every
+// attempt's version blanked (the stream is in order, so each ran the
+// current version), nothing is dead-lettered and the derived events are
+// those of the stream with the versions.
+func TestEmptyHarnessVersionIsTheCurrentOne(t *testing.T) {
+	c := gen.Generate(gen.Config{Seed: 5})
+	recs := encodeRecords(t, c)
+	want := feedAll(newLocal(t, Config{MinPairs: 2}), recs, time.Now())
+	blanked := make([]rec, len(recs))
+	n := 0
+	for i, r := range recs {
+		blanked[i] = r
+		ev, err := schemas.Decode(r.msg.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := ev.(*schemas.TaskAttempt); ok && a.HarnessVersion != "" {
+			a.HarnessVersion = ""
+			b, err := schemas.Encode(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blanked[i].msg.Value = b
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no attempt had a version to blank: the test exercises nothing")
+	}
+	got := feedAll(newLocal(t, Config{MinPairs: 2}), blanked, time.Now())
+	for k, v := range got {
+		if strings.HasPrefix(k, schemas.TopicDLQ) {
+			ev, _ := schemas.Decode(v)
+			t.Errorf("dead letter: %+v", ev)
+		}
+	}
+	if len(want) == 0 || len(got) != len(want) {
+		t.Fatalf("derived %d events, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if !bytes.Equal(got[k], v) {
+			t.Errorf("%s differs or is missing", k)
+		}
+	}
+}
