@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"github.com/harnessflow/harnessflow/internal/kafkax"
@@ -20,7 +22,8 @@ decodes each message, DLQ included, and prints its JSON form, one event per line
 on stdout. Without --from-beginning it starts at the end of each partition as of
 start-up. It exits after --max events, after --idle-timeout without a new message,
 or on SIGINT/SIGTERM. A message that does not decode is reported on stderr with
-its topic, partition and offset, and skipped.
+its topic, partition and offset, and skipped; when none of the messages read
+decodes, consume exits 1 (it printed nothing).
 
 A dead letter (hf.dlq, "type":"rejected") is printed with its fields (stage,
 reason_code, message, which starts with the entity it is about, such as
@@ -38,6 +41,9 @@ offending bytes in base64), then what the payload holds:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Brokers = kafkax.ParseBrokers(brokers)
 			if err := jsonl.Consume(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
+				if errors.Is(err, jsonl.ErrNothingDecoded) {
+					return withCode(1, err)
+				}
 				return withCode(2, err)
 			}
 			return nil

@@ -130,6 +130,18 @@ func TestConsumeDecodesDLQAndReportsUndecodable(t *testing.T) {
 	if !strings.Contains(stderr, schemas.TopicDLQ+"/") || !strings.Contains(stderr, "@1: cannot decode") {
 		t.Fatalf("stderr does not name the undecodable message's topic/partition@offset:\n%s", stderr)
 	}
+
+	// A topic where nothing decodes: nothing printed, exit 1 saying so
+	// (it used to exit 0, as if the topic were empty).
+	w2 := kafkax.NewWriter(kafkax.WriterConfig{Brokers: []string{b.Addr()}, Topic: schemas.TopicOutcomes})
+	defer w2.Close()
+	if err := w2.WriteMessages(ctx, kafka.Message{Key: []byte("k"), Value: []byte("HFB\x01 not an event")}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = prodRunCLI(t, ctx, "", "consume", "--brokers", b.Addr(), "--topic", schemas.TopicOutcomes, "--from-beginning", "--idle-timeout", "1s")
+	if code != 1 || out != "" || !strings.Contains(stderr, "no message read could be decoded") {
+		t.Fatalf("nothing decodable: exit %d, stdout %q, stderr:\n%s\nwant exit 1 saying no message could be decoded", code, out, stderr)
+	}
 }
 
 // consumeRegistry serves the two Schema Registry calls harnessflow makes:
@@ -196,10 +208,11 @@ func TestConsumeConfluentFramingWithSchemaRegistry(t *testing.T) {
 	if code != 0 || out != want {
 		t.Fatalf("exit %d, stdout %q, want %q; stderr:\n%s", code, out, want, stderr)
 	}
-	// Without the registry the same message is reported, not printed.
+	// Without the registry the same message is reported, not printed, and
+	// with nothing else decodable the run exits 1.
 	code, out, stderr = prodRunCLI(t, ctx, "", "consume", "--brokers", b.Addr(), "--topic", schemas.TopicAttempts,
 		"--from-beginning", "--idle-timeout", "1s")
-	if code != 0 || out != "" || !strings.Contains(stderr, "cannot decode") {
+	if code != 1 || out != "" || !strings.Contains(stderr, "cannot decode") || !strings.Contains(stderr, "needs a schema registry") {
 		t.Fatalf("without registry: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 }

@@ -37,6 +37,11 @@ const DefaultConnectTimeout = 10 * time.Second
 var (
 	ErrNoTopic  = errors.New("no topic given: pass --topic (e.g. hf.attempts, hf.dlq)")
 	ErrNegative = errors.New("--max and --idle-timeout must not be negative")
+	// ErrNothingDecoded ends a run that read messages and could decode
+	// none of them (a topic in a framing this reader does not know, or the
+	// Confluent framing without --schema-registry): the run printed nothing
+	// and says so with a non-zero exit.
+	ErrNothingDecoded = errors.New("no message read could be decoded")
 )
 
 // Config says what Consume reads and when it stops.
@@ -68,7 +73,8 @@ type readMsg struct {
 // cfg.Max events, cfg.Idle without a message, or the end of ctx (a clean
 // stop, nil); a dead letter's line also shows its payload decoded (see the
 // package comment). A message that does not decode is reported on stderr
-// with its coordinates and skipped; a failed read ends the run with its
+// with its coordinates and skipped; a run that read messages and decoded
+// none returns ErrNothingDecoded; a failed read ends the run with its
 // error.
 func Consume(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	o := cfg
@@ -111,13 +117,21 @@ func Consume(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		defer timer.Stop()
 		idle = timer.C
 	}
-	printed := 0
+	printed, undecodable := 0, 0
+	var firstErr error
+	done := func() error {
+		if printed == 0 && undecodable > 0 {
+			return fmt.Errorf("%w: %d messages of %s, none an event this reader knows (the first: %w; see stderr)",
+				ErrNothingDecoded, undecodable, o.Topic, firstErr)
+		}
+		return nil
+	}
 	for o.Max == 0 || printed < o.Max {
 		select {
 		case <-ctx.Done():
-			return nil
+			return done()
 		case <-idle:
-			return nil
+			return done()
 		case c := <-msgs:
 			if timer != nil {
 				timer.Reset(o.Idle)
@@ -137,6 +151,10 @@ func Consume(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			if err != nil {
 				out.Flush()
 				fmt.Fprintf(stderr, "%s/%d@%d: cannot decode: %v\n", m.Topic, m.Partition, m.Offset, err)
+				if undecodable == 0 {
+					firstErr = err
+				}
+				undecodable++
 				continue
 			}
 			out.Write(line)
