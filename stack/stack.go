@@ -112,10 +112,13 @@ func (c *Config) setDefaults() {
 // Endpoints are where the running stack answers; written to
 // DataDir/endpoints.json for scripts.
 type Endpoints struct {
-	Brokers     string `json:"brokers"`
-	ClickHouse  string `json:"clickhouse"`
-	Database    string `json:"database"`
-	IngestURL   string `json:"ingest_url"`
+	Brokers    string `json:"brokers"`
+	ClickHouse string `json:"clickhouse"`
+	Database   string `json:"database"`
+	IngestURL  string `json:"ingest_url"`
+	// OTLPURL is the gateway's OTLP/HTTP traces endpoint (docs/otlp.md),
+	// beside IngestURL; the same token.
+	OTLPURL     string `json:"otlp_url"`
 	IngestToken string `json:"ingest_token"`
 	TrainerURL  string `json:"trainer_url"`
 	// ScoreToken is the bearer token the trainer's /v1/score and
@@ -314,7 +317,7 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	close(s.ready)
 	s.log.Info().Str("brokers", ep.Brokers).Str("clickhouse", ep.ClickHouse).Str("ingest_url", ep.IngestURL).
-		Str("trainer_url", ep.TrainerURL).Str("metrics_url", ep.MetricsURL).Str("data_dir", ep.DataDir).Msg("harnessflow is up")
+		Str("otlp_url", ep.OTLPURL).Str("trainer_url", ep.TrainerURL).Str("metrics_url", ep.MetricsURL).Str("data_dir", ep.DataDir).Msg("harnessflow is up")
 
 	err = g.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
@@ -396,6 +399,7 @@ func waitUp(gctx context.Context, g *errgroup.Group, ep *Endpoints, tr *trainer.
 	select {
 	case <-gw.Ready():
 		ep.IngestURL = "http://" + gw.Addr() + "/v1/events"
+		ep.OTLPURL = "http://" + gw.Addr() + "/v1/traces"
 	case <-gctx.Done():
 		return g.Wait()
 	}
@@ -412,6 +416,7 @@ func PrintEndpoints(w io.Writer, ep Endpoints) {
 	fmt.Fprintf(w, "  kafka brokers      %s\n", ep.Brokers)
 	fmt.Fprintf(w, "  clickhouse native  %s (database %s)\n", ep.ClickHouse, ep.Database)
 	fmt.Fprintf(w, "  ingest             %s\n", ep.IngestURL)
+	fmt.Fprintf(w, "  otlp traces        %s\n", ep.OTLPURL)
 	fmt.Fprintf(w, "  ingest token       %s\n", ep.IngestToken)
 	fmt.Fprintf(w, "  trainer score      %s\n", ep.TrainerURL)
 	fmt.Fprintf(w, "  score token        %s\n", ep.ScoreToken)

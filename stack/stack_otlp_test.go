@@ -115,8 +115,11 @@ func TestUpOTLPTraceReachesClickHouse(t *testing.T) {
 // expects a full success (200, no partial success).
 func postOTLP(t *testing.T, ep Endpoints) {
 	t.Helper()
-	// ingest_url is the gateway's /v1/events; /v1/traces is beside it.
-	url := strings.TrimSuffix(ep.IngestURL, "/v1/events") + "/v1/traces"
+	// otlp_url is the gateway's /v1/traces, beside ingest_url's /v1/events.
+	url := ep.OTLPURL
+	if want := strings.TrimSuffix(ep.IngestURL, "/v1/events") + "/v1/traces"; url != want {
+		t.Fatalf("otlp_url %q, want %q (beside ingest_url %q)", url, want, ep.IngestURL)
+	}
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(otlpTraceJSON)))
 	if err != nil {
 		t.Fatal(err)

@@ -118,7 +118,7 @@ func TestUpDemoMatchesGroundTruth(t *testing.T) {
 	if err := json.Unmarshal(b, &ep); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"brokers", "clickhouse", "ingest_url", "ingest_token", "trainer_url", "score_token", "metrics_url"} {
+	for _, k := range []string{"brokers", "clickhouse", "database", "ingest_url", "otlp_url", "ingest_token", "trainer_url", "score_token", "metrics_url", "data_dir"} {
 		if ep[k] == "" {
 			t.Errorf("endpoints.json lacks %s: %s", k, b)
 		}
