@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -345,5 +347,29 @@ func TestDesignCitationsResolve(t *testing.T) {
 	}
 	if files < 100 {
 		t.Fatalf("walked %d files: not the module's tree", files)
+	}
+}
+
+// TestLogFormatFlag: --log-format (HF_LOG_FORMAT) takes auto, json or
+// console on every command; another value is a usage error naming them.
+func TestLogFormatFlag(t *testing.T) {
+	for _, args := range [][]string{{"consume", "--log-format", "yaml"}, {"migrate", "--log-format", "xml"}} {
+		root := newRoot()
+		root.SetArgs(args)
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "auto, json or console") {
+			t.Errorf("%v: %v, want exit 2 naming the formats", args, err)
+		}
+	}
+	t.Setenv("HF_LOG_FORMAT", "pretty")
+	root := newRoot()
+	root.SetArgs([]string{"consume"})
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("HF_LOG_FORMAT=pretty: %v, want the --log-format error", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/harnessflow/harnessflow/internal/obs"
 )
 
 // exitError carries a process exit status through cobra.
@@ -51,7 +53,9 @@ harness-updating and harness-benefit capabilities per round, writes every figure
 ClickHouse and feeds labeled samples to a continuously running trainer.
 
 Every flag can also be set by an environment variable: HF_ plus the flag name in
-upper case with dashes as underscores (--brokers -> HF_BROKERS).`,
+upper case with dashes as underscores (--brokers -> HF_BROKERS). Logs go to
+stderr, human-readable on a terminal and JSON lines otherwise (--log-format);
+HF_LOG_LEVEL sets their level (debug, info, warn, error; default info).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -60,7 +64,14 @@ upper case with dashes as underscores (--brokers -> HF_BROKERS).`,
 	}
 	var sec security
 	sec.flags(root)
-	bindEnv(root, sec.apply)
+	logFormat := root.PersistentFlags().String("log-format", "auto",
+		"log lines as "+obs.LogFormats+" (auto: console on a terminal, JSON otherwise)")
+	bindEnv(root, func() error {
+		if err := obs.SetLogFormat(*logFormat); err != nil {
+			return fmt.Errorf("--log-format: %w", err)
+		}
+		return sec.apply()
+	})
 	return root
 }
 
