@@ -71,7 +71,8 @@ its partitions and replication factor beside the declared ones, and the cluster'
 broker count. A topic the cluster lacks is "missing" (any component creates it at
 start); one with fewer replicas than declared is "under-replicated" (created
 with --kafka-replication-factor or on a smaller cluster: existing topics are
-never changed).
+never changed), or "one broker" when the cluster has a single broker, which
+holds one replica by design (the embedded broker of harnessflow up).
 
 Topics are created with their declared replication factor (3). On a cluster
 with fewer brokers creation fails, naming the topics and the broker count:
@@ -173,7 +174,7 @@ func listTopics(ctx context.Context, out io.Writer, client *kafka.Client, log ze
 	fmt.Fprintf(out, "brokers: %d\n", nb)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tCLASS\tPARTITIONS\tDECLARED\tREPLICATION\tDECLARED\tSTATE")
-	var under, missing []string
+	var under, single, missing []string
 	for _, s := range states {
 		d := s.Declared
 		state := "ok"
@@ -182,6 +183,12 @@ func listTopics(ctx context.Context, out io.Writer, client *kafka.Client, log ze
 		case !s.Exists:
 			state = "missing"
 			missing = append(missing, d.Name)
+		case s.UnderReplicated() && nb == 1:
+			// One broker (up's or broker's embedded one, or a one-broker
+			// Kafka) cannot hold more than one replica: by design, not a
+			// fault to fix on the topic.
+			state = "one broker"
+			single = append(single, d.Name)
 		case s.UnderReplicated():
 			state = "under-replicated"
 			under = append(under, d.Name)
@@ -202,6 +209,11 @@ func listTopics(ctx context.Context, out io.Writer, client *kafka.Client, log ze
 		ev = log.Warn()
 	}
 	ev.Int("brokers", nb).Strs("under_replicated", under).Strs("missing", missing).Msg("topics listed")
+	if len(single) > 0 {
+		fmt.Fprintf(out, "\nThe cluster has one broker (harnessflow up's or harnessflow broker's embedded one, or a one-broker Kafka):\n"+
+			"each topic has one replica, as durable as that broker's data directory. That is the single-machine\n"+
+			"deployment's design; for replicas, run a Kafka cluster of 3 brokers (docker-compose.yml).\n")
+	}
 	if len(under) > 0 {
 		fmt.Fprintf(out, "\n%d topic(s) have fewer replicas than declared: they lose data when a broker holding their only replicas fails.\n"+
 			"Existing topics are never changed; raise their replication with Kafka's kafka-reassign-partitions.\n", len(under))

@@ -29,7 +29,10 @@ func TestTopicsListAndRaise(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("topics: exit %d; stderr:\n%s", code, stderr)
 	}
-	if !strings.HasPrefix(out, "brokers: 1\n") || !strings.Contains(out, "fewer replicas than declared") {
+	// One broker holds one replica by design: not "under-replicated", no
+	// warning that data will be lost.
+	if !strings.HasPrefix(out, "brokers: 1\n") || !strings.Contains(out, "The cluster has one broker") ||
+		strings.Contains(out, "under-replicated") || strings.Contains(out, "lose data") {
 		t.Fatalf("topics output:\n%s", out)
 	}
 	for _, d := range kafkatopics.All() {
@@ -43,7 +46,7 @@ func TestTopicsListAndRaise(t *testing.T) {
 			row = strings.Join(strings.Fields(l), " ")
 		}
 	}
-	if row != "hf.samples derived 6 6 1 3 under-replicated" {
+	if row != "hf.samples derived 6 6 1 3 one broker" {
 		t.Errorf("hf.samples' row %q is not 6/6 partitions, 1/3 replicas:\n%s", row, out)
 	}
 	if code, out2, _ := prodRunCLI(t, ctx, "", "topics", "list", "--brokers", addr); code != 0 || out2 != out {
@@ -120,7 +123,29 @@ func TestReplicationFactorFlag(t *testing.T) {
 		t.Fatalf("produce with HF_KAFKA_REPLICATION_FACTOR=1: exit %d; stderr:\n%s", code, stderr)
 	}
 	code, out, stderr := prodRunCLI(t, ctx, "", "topics", "--brokers", b.Addr())
-	if code != 0 || strings.Contains(out, "missing") || !strings.Contains(out, "under-replicated") {
+	if code != 0 || strings.Contains(out, "missing") || !strings.Contains(out, "one broker") {
 		t.Fatalf("topics after the override: exit %d\n%s\nstderr:\n%s", code, out, stderr)
+	}
+}
+
+// TestTopicsUnderReplicatedOnSeveralBrokers: on a cluster of two brokers,
+// topics created with one replica (--kafka-replication-factor 1) are
+// "under-replicated", with the warning that they lose data with a broker;
+// the one-broker wording is kept for a single broker.
+func TestTopicsUnderReplicatedOnSeveralBrokers(t *testing.T) {
+	b := testenv.KafkaCluster(t, 2)
+	ctx := prodCtx(t, 60*time.Second)
+	in := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(in, []byte(strings.Join(prodJSONL(t, producerstest.Mixed(4, "rf2")), "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HF_KAFKA_REPLICATION_FACTOR", "1")
+	if code, _, stderr := prodRunCLI(t, ctx, "", "produce", "--brokers", b.Addr(), "--progress", "0", in); code != 0 {
+		t.Fatalf("produce: exit %d; stderr:\n%s", code, stderr)
+	}
+	code, out, stderr := prodRunCLI(t, ctx, "", "topics", "--brokers", b.Addr())
+	if code != 0 || !strings.HasPrefix(out, "brokers: 2\n") || !strings.Contains(out, "under-replicated") ||
+		!strings.Contains(out, "lose data") || strings.Contains(out, "one broker") {
+		t.Fatalf("topics on two brokers: exit %d\n%s\nstderr:\n%s", code, out, stderr)
 	}
 }
