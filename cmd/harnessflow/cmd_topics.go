@@ -80,13 +80,14 @@ add brokers or pass --kafka-replication-factor N (env
 HF_KAFKA_REPLICATION_FACTOR) to create every topic with N replicas. The
 embedded broker (harnessflow broker, harnessflow up) creates them with one.
 
-topics raise TOPIC N raises a topic's partition count; see its --help.`,
+topics raise TOPIC N raises a topic's partition count; topics groups shows each
+consumer group's committed offsets and lag; see their --help.`,
 		Example:   "  harnessflow topics --brokers 127.0.0.1:9092\n  harnessflow topics raise hf.samples 12",
 		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: []string{"list"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && args[0] != "list" {
-				return withCode(2, fmt.Errorf("unknown topics subcommand %q: want list or raise", args[0]))
+				return withCode(2, fmt.Errorf("unknown topics subcommand %q: want list, raise or groups", args[0]))
 			}
 			client, err := topicsClient(cmd.Context(), brokers, connect)
 			if err != nil {
@@ -98,7 +99,7 @@ topics raise TOPIC N raises a topic's partition count; see its --help.`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&brokers, "brokers", kafkax.DefaultBrokers, "Kafka brokers, host:port[,host:port]")
 	pf.DurationVar(&connect, "connect-timeout", kafkax.DefaultConnectTimeout, "how long to wait for a reachable broker")
-	cmd.AddCommand(newTopicsListCmd(cmd), newTopicsRaiseCmd(&brokers, &connect))
+	cmd.AddCommand(newTopicsListCmd(cmd), newTopicsRaiseCmd(&brokers, &connect), newTopicsGroupsCmd(&brokers, &connect))
 	return cmd
 }
 

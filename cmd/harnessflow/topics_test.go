@@ -1,17 +1,22 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/infra/kafkatopics"
 	"github.com/harnessflow/harnessflow/internal/broker"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/processors"
+	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -148,4 +153,71 @@ func TestTopicsUnderReplicatedOnSeveralBrokers(t *testing.T) {
 		!strings.Contains(out, "lose data") || strings.Contains(out, "one broker") {
 		t.Fatalf("topics on two brokers: exit %d\n%s\nstderr:\n%s", code, out, stderr)
 	}
+}
+
+// TestTopicsGroupsShowsCommittedAndLag: a group that committed part of
+// hf.attempts shows its committed and end offsets and its lag, per topic
+// and per partition; with no --group the brokers' groups and the defaults
+// are asked, and groups without commits are not shown.
+func TestTopicsGroupsShowsCommittedAndLag(t *testing.T) {
+	b := testenv.Kafka(t)
+	ctx := prodCtx(t, 60*time.Second)
+	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []schemas.Event
+	for i := 0; i < 30; i++ {
+		evs = append(evs, producerstest.TaskAttempt(i, "p"))
+	}
+	if err := p.EmitSync(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	p.Close(ctx)
+	client := kafkax.NewClient([]string{b.Addr()})
+	ends, err := kafkax.EndOffsets(ctx, client, schemas.TopicAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Commit every non-empty partition one short of its end.
+	req := &kafka.OffsetCommitRequest{GroupID: "g-lag", GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{}}
+	var total, parts int64
+	for id, end := range ends[schemas.TopicAttempts] {
+		if end > 0 {
+			req.Topics[schemas.TopicAttempts] = append(req.Topics[schemas.TopicAttempts], kafka.OffsetCommit{Partition: id, Offset: end - 1})
+			total += end
+			parts++
+		}
+	}
+	if _, err := client.OffsetCommit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := prodRunCLI(t, ctx, "", "topics", "groups", "--brokers", b.Addr(), "--group", "g-lag")
+	want := fmt.Sprintf("g-lag hf.attempts %d/%d %d %d %d", parts, len(ends[schemas.TopicAttempts]), total-parts, total, parts)
+	if code != 0 || !slices.Contains(fieldLines(out), want) {
+		t.Fatalf("topics groups: exit %d\n%s\nwant a row %q; stderr:\n%s", code, out, want, stderr)
+	}
+	code, out, _ = prodRunCLI(t, ctx, "", "topics", "groups", "--brokers", b.Addr(), "--group", "g-lag", "--partitions")
+	n := 0
+	for _, l := range fieldLines(out) {
+		if strings.HasPrefix(l, "g-lag hf.attempts ") && strings.HasSuffix(l, " 1") {
+			n++
+		}
+	}
+	if code != 0 || int64(n) != parts {
+		t.Fatalf("--partitions: exit %d, %d rows, want %d:\n%s", code, n, parts, out)
+	}
+	code, out, _ = prodRunCLI(t, ctx, "", "topics", "groups", "--brokers", b.Addr())
+	if code != 0 || !strings.Contains(out, "g-lag") && !strings.Contains(out, "no group has committed") || strings.Contains(out, "hf-sink ") {
+		t.Fatalf("all groups: exit %d\n%s", code, out)
+	}
+}
+
+// fieldLines is out's lines with their fields joined by one space.
+func fieldLines(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	return lines
 }
