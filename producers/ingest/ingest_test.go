@@ -40,14 +40,14 @@ func startGateway(t *testing.T, maxBody int64) *gateway {
 // runGateway runs a gateway with cfg (Listen and TokensFile set here: tokens
 // tok-a for projA, tok-b for projB) until the test ends, when Run must
 // return nil.
-func runGateway(t *testing.T, cfg ingest.Config) *gateway {
+func runGateway(t *testing.T, cfg ingest.Config, opts ...ingest.Option) *gateway {
 	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte("# agents\ntok-a projA\n\n  tok-b\tprojB  \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Listen, cfg.TokensFile = "127.0.0.1:0", tokens
-	srv, err := ingest.New(cfg)
+	srv, err := ingest.New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/harnessflow/harnessflow/internal/testenv"
 	"github.com/harnessflow/harnessflow/producers/ingest"
 	"github.com/harnessflow/harnessflow/producers/producerstest"
@@ -48,7 +50,8 @@ func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
 	// The slow uploads hold the budget until the read timeout: the window
 	// in which the checks below must see it full. 4 s was missed beside a
 	// CPU hog; 15 s leaves the checks time on a loaded machine (rawResponse waits 45 s for an answer).
-	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: maxBody, ReadTimeout: 15 * time.Second})
+	reg := prometheus.NewRegistry()
+	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: maxBody, ReadTimeout: 15 * time.Second}, ingest.WithRegisterer(reg))
 	addr := strings.TrimPrefix(g.url, "http://")
 	var wg sync.WaitGroup
 	codes := make(chan int, 8)
@@ -84,15 +87,21 @@ func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
 			codes <- code
 		}()
 	}
-	one := func(n int) string { return jsonOf(t, producerstest.TaskAttempt(n, "")) }
-	var msg []byte
-	testenv.Eventually(t, 30*time.Second, "tok-a's slow uploads fill its budget", func() bool {
-		var code int
-		code, msg = g.post("tok-a", one(1))
-		return code == http.StatusServiceUnavailable
+	// The project's budget (a quarter of 8 × 64 KiB) holds two of the
+	// uploads; the other six are refused (busy) at once, though their 503
+	// may reach them only later (the server first drains what it can of
+	// their unread bodies). Post nothing of tok-a's before the gateway
+	// refused those six: a post admitted first would hold part of the
+	// budget itself, leave room for one slow upload only, and the next
+	// posts would fit (seen in CI on a loaded machine).
+	testenv.WaitFor(t, 30*time.Second, "the gateway to refuse the 6 slow uploads past tok-a's project budget", func() (bool, string) {
+		n := busyRejections(t, reg)
+		return n >= 6, fmt.Sprintf("%v refused as busy", n)
 	})
-	if !strings.Contains(string(msg), "this project's in-flight budget") || !strings.Contains(string(msg), "being read") {
-		t.Errorf("503 for the slow token: %s; want it to say its project's budget is full", msg)
+	one := func(n int) string { return jsonOf(t, producerstest.TaskAttempt(n, "")) }
+	code, msg := g.post("tok-a", one(1))
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(msg), "this project's in-flight budget") || !strings.Contains(string(msg), "being read") {
+		t.Errorf("tok-a while two of its uploads trickle: %d %s; want 503 saying its project's budget is full", code, msg)
 	}
 	if code, msg := g.post("tok-b", one(2)); code != http.StatusAccepted {
 		t.Fatalf("another token while tok-a uploads slowly: %d %s, want 202", code, msg)
@@ -286,4 +295,26 @@ func TestTLS(t *testing.T) {
 	if _, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Tokens: map[string]string{"t": "p"}, TLSCert: certFile}); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("TLSCert without TLSKey: %v, want a config error", err)
 	}
+}
+
+// busyRejections is the gateway's hf_ingest_rejections_total{reason="busy"}.
+func busyRejections(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "hf_ingest_rejections_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == "busy" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
