@@ -46,6 +46,10 @@ func CountDemo(events []schemas.Event) DemoCounts {
 	return c
 }
 
+// DefaultDemoTimeout is how long `up --demo` waits, by default, for its
+// campaign to be processed.
+const DefaultDemoTimeout = 10 * time.Minute
+
 // RunDemo sends the simulated campaign of cfg into the running stack, waits
 // until ClickHouse holds every raw row and every derived figure, and returns
 // the campaign's report. Progress goes to progress. Sending the same campaign

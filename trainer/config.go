@@ -185,6 +185,11 @@ type Config struct {
 	LagInterval time.Duration
 }
 
+// DefaultNice is the CPU scheduling nice value `harnessflow train` runs at by
+// default: behind the processors, the sink and ClickHouse when they share
+// the CPUs.
+const DefaultNice = 10
+
 // DefaultConfig returns the Config that New uses for zero fields: the one
 // copy of every default, which the command's flags show.
 func DefaultConfig() Config {

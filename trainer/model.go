@@ -38,6 +38,9 @@ const (
 	logVarMax = 4
 )
 
+// DefaultLR is ModelConfig.LR's default, AdamW's peak learning rate.
+const DefaultLR = 0.003
+
 // ModelConfig sizes and optimizes one reward model.
 type ModelConfig struct {
 	// Buckets is the number of hashed text n-gram rows. Default: 1<<18.
@@ -93,7 +96,7 @@ func (c *ModelConfig) setDefaults() {
 		c.MaxTextBytes = 2048
 	}
 	if c.LR == 0 {
-		c.LR = 0.003
+		c.LR = DefaultLR
 	}
 	if c.WeightDecay == 0 {
 		c.WeightDecay = 0.0001

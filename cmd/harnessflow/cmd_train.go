@@ -130,7 +130,7 @@ evaluations, and resume when new samples improve it or refill the window.`,
 	f.StringVar(&cfg.Group, "group", "", "Kafka consumer group, also the trainer's name in trainer_steps, critic_evals and model versions (empty: "+d.Group+", or "+d.Group+"-PROJECT with --project)")
 	f.IntVar(&cfg.BatchSize, "batch-size", d.BatchSize, "samples per step")
 	f.StringVar(&memLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (debug.SetMemoryLimit): auto (on the CPU backend the model's tensors + 128MiB, so that the GC's heap target does not double the tensors; none on a device or when GOMEMLIMIT is set), off, or a size such as 1GiB or 512MiB")
-	f.IntVar(&nice, "nice", 10, "CPU scheduling nice value, 0 to 19: the trainer runs behind the processors, the sink and ClickHouse when they share the CPUs (0 keeps the normal priority)")
+	f.IntVar(&nice, "nice", trainer.DefaultNice, "CPU scheduling nice value, 0 to 19: the trainer runs behind the processors, the sink and ClickHouse when they share the CPUs (0 keeps the normal priority)")
 	f.DurationVar(&cfg.BatchAge, "batch-age", d.BatchAge, "train a partial batch once its oldest sample waited this long")
 	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", d.CheckpointEvery, "checkpoint every N steps")
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", d.CheckpointInterval, "checkpoint at least this often while consuming")
@@ -139,7 +139,7 @@ evaluations, and resume when new samples improve it or refill the window.`,
 	f.IntVar(&cfg.MaxStaleness, "max-staleness", 0, "drop samples staler than this many harness versions (0 = off)")
 	f.IntVar(&cfg.Ensemble, "ensemble", d.Ensemble, "train K models with different seeds; /v1/score answers their mean and majority vote")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of model 0 (model i uses seed+i)")
-	f.Float64Var(&lr, "lr", 0.003, "AdamW peak learning rate (--lr-schedule scales it by optimizer step)")
+	f.Float64Var(&lr, "lr", trainer.DefaultLR, "AdamW peak learning rate (--lr-schedule scales it by optimizer step)")
 	f.StringVar(&cfg.LRSchedule, "lr-schedule", d.LRSchedule, "learning-rate schedule over optimizer steps (new and replayed; the step is in checkpoints, so a restart continues it), each after a linear warm-up: inverse-sqrt (--lr/sqrt(1+t/--lr-decay-steps), no horizon), cosine (down to the floor over --lr-decay-steps, then flat) or constant")
 	f.IntVar(&cfg.LRWarmup, "lr-warmup", d.LRWarmup, "optimizer steps of the linear learning-rate warm-up (0: none)")
 	f.IntVar(&cfg.LRDecaySteps, "lr-decay-steps", d.LRDecaySteps, "time scale of the learning-rate decay in optimizer steps after the warm-up")
@@ -159,8 +159,8 @@ evaluations, and resume when new samples improve it or refill the window.`,
 	f.StringVar(&cfg.HeldoutGroupKey, "heldout-group-key", d.HeldoutGroupKey, "group of the held-out split: campaign, campaign+seed or cell (a group's samples are all on one side)")
 	f.IntVar(&cfg.HeldoutWindow, "heldout-window", d.HeldoutWindow, "held-out samples kept in memory (the most recent): each checkpoint is evaluated on them")
 	f.IntVar(&cfg.EvalTrainWindow, "eval-train-window", d.EvalTrainWindow, "recent trained samples kept in memory to fit the evaluation's baselines on")
-	f.IntVar(&evalCfg.Resamples, "eval-resamples", 1000, "bootstrap resamples of the held-out groups per checkpoint evaluation")
-	f.IntVar(&evalCfg.MinGroups, "eval-min-groups", 10, "fewest held-out groups a checkpoint's verdict may rest on")
+	f.IntVar(&evalCfg.Resamples, "eval-resamples", eval.DefaultConfig().Resamples, "bootstrap resamples of the held-out groups per checkpoint evaluation")
+	f.IntVar(&evalCfg.MinGroups, "eval-min-groups", eval.DefaultConfig().MinGroups, "fewest held-out groups a checkpoint's verdict may rest on")
 	return cmd
 }
 

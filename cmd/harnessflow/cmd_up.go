@@ -98,6 +98,6 @@ report once ClickHouse holds every figure.`,
 	f.StringVar(&demoCfg.Campaign, "campaign", dd.Campaign, "with --demo: campaign name")
 	f.IntVar(&demoCfg.Scale, "scale", dd.Scale, "with --demo: tasks per cell")
 	f.Int64Var(&demoCfg.Seed, "seed", dd.Seed, "with --demo: simulator seed")
-	f.DurationVar(&demoTimeout, "demo-timeout", 10*time.Minute, "with --demo: how long to wait for the campaign to be processed")
+	f.DurationVar(&demoTimeout, "demo-timeout", stack.DefaultDemoTimeout, "with --demo: how long to wait for the campaign to be processed")
 	return cmd
 }

@@ -48,6 +48,14 @@ type Config struct {
 	MinGroups int
 }
 
+// DefaultConfig returns the configuration the evaluation fills in for the
+// fields left zero.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Key == "" {
 		c.Key = DefaultGroupKey
