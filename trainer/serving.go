@@ -316,10 +316,10 @@ func (t *Trainer) serve(ins []*Input, pin string) ([]Score, servedAnswer, error)
 		}
 	}
 	var (
-		out     []Score
-		a       servedAnswer
+		out         []Score
+		a           servedAnswer
 		loadFailure string
-		scored  bool
+		scored      bool
 	)
 	t.withModels(func() {
 		s.mu.Lock()
