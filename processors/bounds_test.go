@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"runtime"
 	"strings"
 	"testing"
@@ -232,7 +233,7 @@ func TestRestartRebuildsBoundedState(t *testing.T) {
 		m := &inMsg{topic: schemas.TopicCells, offset: int64(i), ts: boundsT0}
 		msg := encodeMsg(t, cellStarted("proj-a", "c"+itoa(i), i, 2147483647, boundsT0), boundsT0)
 		m.key, m.value = msg.Key, msg.Value
-		decodeMsg(m, cfg.Limits)
+		decodeMsg(context.Background(), m, cfg.Limits, nil)
 		c.process(m, false, &out, now)
 	}
 	if len(c.byID) != 50 || len(out.msgs) != 0 {

@@ -53,7 +53,7 @@ func (t *campaignTable) put(c *schemas.CampaignDeclared) {
 // record below it is counted and logged at debug level, not dead-lettered or
 // warned about again at every restart. Two instances that meet the same new
 // bad record at once may both write it (same event id).
-func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *Config, m *metrics, log zerolog.Logger, parts []int) error {
+func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *Config, dec *schemas.Decoder, m *metrics, log zerolog.Logger, parts []int) error {
 	dl := newCampaignDLQ(ctx, client, cfg, log, parts)
 	// owned: the fetchers and their restart timers, all ended by ctx,
 	// which has ended when follow returns.
@@ -66,7 +66,7 @@ func (t *campaignTable) follow(ctx context.Context, client *kafka.Client, cfg *C
 	next := make([]int64, len(parts))
 	restarts := make([]*retry.Restarts, len(parts))
 	start := func(i int) {
-		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: parts[i], idx: i, decode: true, m: m}
+		f := &fetcher{client: client, cfg: cfg, topic: schemas.TopicCampaigns, part: parts[i], idx: i, decode: true, dec: dec, m: m}
 		owned.Add(1)
 		go func() { defer owned.Done(); f.run(ctx, next[i], streams[i].want, ch) }()
 		streams[i].want <- struct{}{}

@@ -271,8 +271,9 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink, now time.Ti
 		return
 	}
 	c.m.admitted.Inc()
-	out.addOutcome(cs.key, m.value, m.ts, c.cfg.OutcomeBatch)
-	out.admitted = append(out.admitted, evEntry{value: m.value, ev: m.ev})
+	v := m.outcomeValue()
+	out.addOutcome(cs.key, v, m.ts, c.cfg.OutcomeBatch)
+	out.admitted = append(out.admitted, evEntry{value: v, ev: m.ev})
 }
 
 // semantic runs the semantic checks of one syntactically valid cell event

@@ -141,6 +141,17 @@ type Config struct {
 	StopWhenCaughtUp bool
 	// Listen serves /metrics and /healthz on this address. Default: "" (none).
 	Listen string
+	// SchemaRegistry is the base URL of a Confluent Schema Registry (several
+	// comma-separated are tried in turn) through which Confluent-framed raw
+	// messages (0x00, schema id, Avro body) are decoded; writer schemas are
+	// fetched once per id and cached. An id the registry says it does not
+	// have is dead-lettered decode/unknown_schema_id; while the registry
+	// cannot be asked nothing is dead-lettered: the fetch is retried
+	// (RetryMaxElapsed), then the partition's work restarts from its
+	// committed offsets. Admitted events go to hf.outcomes re-encoded as
+	// single-object. Default: "" (none: Confluent-framed messages are
+	// dead-lettered decode/schema_registry).
+	SchemaRegistry string
 }
 
 // DefaultConfig returns the Config that New uses for zero fields: the one
@@ -275,6 +286,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FetchWait <= 0 || c.FetchMaxBytes < 1 {
 		bad("fetch wait %v and fetch max bytes %d must be positive", c.FetchWait, c.FetchMaxBytes)
+	}
+	if err := schemas.CheckRegistryURL(c.SchemaRegistry); err != nil {
+		bad("%v (--schema-registry)", err)
 	}
 	return errors.Join(errs...)
 }

@@ -212,7 +212,7 @@ func TestCommitInsideBatchedRecordLosesNothing(t *testing.T) {
 	for _, r := range encodeRecords(t, c) {
 		m := &inMsg{topic: r.topic, offset: off[r.topic], ts: r.msg.Time, key: r.msg.Key, value: r.msg.Value}
 		off[r.topic]++
-		decodeMsg(m, acfg.Limits)
+		decodeMsg(context.Background(), m, acfg.Limits, nil)
 		a.process(m, true, &out, now)
 	}
 	a.drain(&out, now)

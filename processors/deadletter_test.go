@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"math"
 	"os"
 	"regexp"
@@ -115,7 +116,7 @@ func TestDeadLetterNamesEntityForEveryCode(t *testing.T) {
 	// Stage B: the scorer refuses a cell_started under another pairing key.
 	seen[CodeScoreRejected] = true
 	om := &inMsg{topic: schemas.TopicOutcomes, key: []byte("p/k/other/a/1"), ts: t0, value: enc(started("start-b"))}
-	decodeAll([]*inMsg{om}, l.cfg.Limits, l.cache)
+	decodeAll(context.Background(), []*inMsg{om}, l.cfg.Limits, l.cache, nil)
 	var out sink
 	l.b.process(om, true, &out, now)
 	checkDeadLetter(t, CodeScoreRejected, out.msgs, "cell c-3 (campaign k): ")

@@ -84,8 +84,12 @@
 //     Config.MaxStateBytes (state_bytes_cap; never a cell_finished); an
 //     unfinished cell with no admitted event for Config.CellIdle
 //     (cell_idle, see below);
-//   - decode: schemas.Decode fails (malformed, unknown_fingerprint,
-//     unknown_type);
+//   - decode: the value does not decode (malformed, unknown_fingerprint,
+//     unknown_type); a Confluent-framed value whose schema id the schema
+//     registry does not have (unknown_schema_id), or read without
+//     Config.SchemaRegistry (schema_registry). A registry that cannot be
+//     asked dead-letters nothing: the fetch is tried again, then the
+//     partition's work restarts from the committed offsets;
 //   - syntax: the type belongs on another topic (wrong_topic); schemas.Validate
 //     (its FieldError codes: missing_field, bad_enum, out_of_range for a NaN
 //     score, too_large, ...); per artifact of a harness_update that is not a

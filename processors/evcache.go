@@ -2,6 +2,7 @@ package processors
 
 import (
 	"bytes"
+	"context"
 	"hash/maphash"
 	"sync"
 
@@ -121,15 +122,20 @@ func (c *evCache) take(ms []*inMsg, hit []bool) {
 }
 
 // decodeAll fills ev or rej of every message: from the cache when it holds
-// the exact bytes (and they are within Limits.Event), else by decodeMsg.
-func decodeAll(ms []*inMsg, lim schemas.Limits, cache *evCache) {
+// the exact bytes (and they are within Limits.Event), else by decodeMsg
+// with dec. It stops at the first message whose schema registry could not
+// be asked and returns that error (schemas.ErrRegistryUnavailable): the
+// fetch is then tried again.
+func decodeAll(ctx context.Context, ms []*inMsg, lim schemas.Limits, cache *evCache, dec *schemas.Decoder) error {
 	if cache == nil {
 		for _, m := range ms {
 			if m.rej == nil {
-				decodeMsg(m, lim)
+				if err := decodeMsg(ctx, m, lim, dec); err != nil {
+					return err
+				}
 			}
 		}
-		return
+		return nil
 	}
 	hit := make([]bool, len(ms))
 	cache.take(ms, hit)
@@ -139,7 +145,10 @@ func decodeAll(ms []*inMsg, lim schemas.Limits, cache *evCache) {
 		}
 		if !hit[i] || len(m.value) > lim.Event {
 			m.ev = nil
-			decodeMsg(m, lim)
+			if err := decodeMsg(ctx, m, lim, dec); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -26,12 +27,12 @@ func TestEvCache(t *testing.T) {
 
 	// Same bytes (another slice): the cached event, once.
 	m := &inMsg{value: append([]byte(nil), v...)}
-	decodeAll([]*inMsg{m}, lim, c)
+	decodeAll(context.Background(), []*inMsg{m}, lim, c, nil)
 	if m.ev != decoded || m.rej != nil {
 		t.Fatalf("hit: ev %p rej %v, want the cached %p", m.ev, m.rej, decoded)
 	}
 	m2 := &inMsg{value: v}
-	decodeAll([]*inMsg{m2}, lim, c)
+	decodeAll(context.Background(), []*inMsg{m2}, lim, c, nil)
 	if m2.ev == decoded || !reflect.DeepEqual(m2.ev, decoded) {
 		t.Fatalf("second read: want a fresh decode equal to the cached event, got %+v", m2.ev)
 	}
@@ -41,7 +42,7 @@ func TestEvCache(t *testing.T) {
 	bad := append([]byte(nil), v...)
 	bad[len(bad)-1] ^= 0xff
 	m3 := &inMsg{value: bad}
-	decodeAll([]*inMsg{m3}, lim, c)
+	decodeAll(context.Background(), []*inMsg{m3}, lim, c, nil)
 	if m3.ev == decoded {
 		t.Fatal("different bytes were served the cached event")
 	}
@@ -50,7 +51,7 @@ func TestEvCache(t *testing.T) {
 	small := lim
 	small.Event = len(v) - 1
 	m4 := &inMsg{value: v}
-	decodeAll([]*inMsg{m4}, small, c)
+	decodeAll(context.Background(), []*inMsg{m4}, small, c, nil)
 	if m4.ev != nil || m4.rej == nil || m4.rej.code != CodePayloadTooLarge {
 		t.Fatalf("over the limit: ev %v rej %+v, want %s", m4.ev, m4.rej, CodePayloadTooLarge)
 	}

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ func (l *local) feed(topic string, msg kafka.Message, now time.Time, derived *[]
 	}
 	m := &inMsg{topic: topic, offset: l.off[topic], ts: msg.Time, key: msg.Key, value: msg.Value, emit: true}
 	l.off[topic]++
-	decodeMsg(m, l.cfg.Limits)
+	decodeMsg(context.Background(), m, l.cfg.Limits, nil)
 	l.outA.reset()
 	l.a.process(m, true, &l.outA, now)
 	l.route(now, derived)
@@ -82,7 +83,7 @@ func (l *local) route(now time.Time, derived *[]kafka.Message) {
 		vs, ts := outcomeValues(l.t, o)
 		for i, v := range vs {
 			om := &inMsg{topic: o.Topic, offset: l.off[o.Topic], ts: ts[i], key: o.Key, value: v, sub: i, more: i < len(vs)-1}
-			decodeAll([]*inMsg{om}, l.cfg.Limits, l.cache) // as stage B's fetcher does
+			decodeAll(context.Background(), []*inMsg{om}, l.cfg.Limits, l.cache, nil) // as stage B's fetcher does
 			l.outB.reset()
 			l.b.process(om, true, &l.outB, now)
 			*derived = append(*derived, l.outB.msgs...)

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -26,6 +27,10 @@ type inMsg struct {
 	// over Limits.Event); rej is the decode- or limit-stage rejection.
 	ev  schemas.Event
 	rej *rejection
+	// single is ev in Avro single-object encoding when value is in another
+	// framing (Confluent): what stage A writes to hf.outcomes, which holds
+	// single-object events only (outcomeValue). Nil otherwise.
+	single []byte
 	// emit: the message is at or past its stream's committed offset when
 	// merged, so what it derives was never acknowledged and committed
 	// (false while the state is rebuilt from the log).
@@ -37,13 +42,37 @@ type inMsg struct {
 	more bool
 }
 
-// decodeMsg fills m.ev or m.rej from m.value.
-func decodeMsg(m *inMsg, lim schemas.Limits) {
+// decodeMsg fills m.ev or m.rej from m.value: Avro single-object, or
+// Confluent-framed through dec's schema registry (dec nil: none, such a
+// message is dead-lettered decode/schema_registry). When the registry could
+// not be asked it leaves m as it was and returns that error (wrapping
+// schemas.ErrRegistryUnavailable): the message is not bad, and the caller
+// reads it again later rather than dead-letter it.
+func decodeMsg(ctx context.Context, m *inMsg, lim schemas.Limits, dec *schemas.Decoder) error {
 	if len(m.value) > lim.Event {
 		m.rej = reject(schemas.StageLimit, CodePayloadTooLarge, "message of %d bytes is over the %d-byte event limit", len(m.value), lim.Event)
-		return
+		return nil
 	}
-	ev, err := schemas.Decode(m.value)
+	var ev schemas.Event
+	var err error
+	if schemas.IsConfluent(m.value) {
+		ev, err = dec.Decode(ctx, m.value)
+		if errors.Is(err, schemas.ErrRegistryUnavailable) {
+			return err
+		}
+		if ev != nil {
+			single, eerr := schemas.Encode(ev)
+			if eerr != nil {
+				// An event the decoder built always encodes; if not, the
+				// bytes are as unusable as malformed ones.
+				m.rej = reject(schemas.StageDecode, schemas.CodeMalformed, "Confluent-framed event does not re-encode: %v", eerr)
+				return nil
+			}
+			m.single = single
+		}
+	} else {
+		ev, err = schemas.Decode(m.value)
+	}
 	switch {
 	case ev == nil && err == nil:
 		m.rej = reject(schemas.StageDecode, schemas.CodeMalformed, "empty event")
@@ -59,6 +88,18 @@ func decodeMsg(m *inMsg, lim schemas.Limits) {
 	default:
 		m.ev = ev
 	}
+	return nil
+}
+
+// outcomeValue is what stage A writes to hf.outcomes for an admitted m: its
+// value, or its single-object re-encoding when the value was
+// Confluent-framed, so that stage B (and any reader of hf.outcomes) needs no
+// schema registry.
+func (m *inMsg) outcomeValue() []byte {
+	if m.single != nil {
+		return m.single
+	}
+	return m.value
 }
 
 // sink collects the outputs of a batch, in order.

@@ -27,6 +27,9 @@ type metrics struct {
 	fetches       *prometheus.CounterVec // by topic
 	fetchedRecs   *prometheus.CounterVec // by topic
 	fetchGaveUp   *prometheus.CounterVec // by topic
+	// registryErrors counts fetches whose Confluent-framed messages could
+	// not be decoded because the schema registry could not be asked.
+	registryErrors prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -73,13 +76,15 @@ func newMetrics() *metrics {
 			Help: "Kafka records fetched (offsets a fetch advanced over), by topic; a batched hf.outcomes record counts once."}, []string{"topic"}),
 		fetchGaveUp: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_fetch_failures_total",
 			Help: "Fetchers of the campaign declarations (hf.campaigns) that failed past their retry budget (a broker outage) and were started again from where they stopped; the stages' partitions count theirs in hf_process_rebuilds_total."}, []string{"topic"}),
+		registryErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_schema_registry_errors_total",
+			Help: "Fetches read again because a Confluent-framed message's schema id could not be resolved: the schema registry (--schema-registry) was unreachable or failed. Nothing is dead-lettered for it."}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.eventsIn, m.admitted, m.rejectedBy, m.duplicates, m.samples,
 		m.roundMetrics, m.pending, m.stateCells, m.statePairers, m.commitLag, m.evictedCells, m.evictedPairs, m.agedOutCells, m.agedOutPairs,
-		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs, m.fetchGaveUp} {
+		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs, m.fetchGaveUp, m.registryErrors} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

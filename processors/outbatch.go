@@ -1,10 +1,7 @@
 package processors
 
 import (
-	"bytes"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -15,64 +12,37 @@ import (
 // An hf.outcomes record packs the admitted events of one pairing key from one
 // flush of stage A, in their merged order: the Kafka work of both stages is
 // then paid per record, not per event (bench process --relay-batch measures
-// what that buys). The value is
-//
-//	"HFB\x01" then, per event: uvarint(len(event)) varint(timestamp, unix ms) event
-//
-// where event is the raw message's value, unchanged (Avro single-object
-// encoding, which starts with 0xC3 0x01, never with "H"), and the timestamp is
-// the raw message's. Stage B reads a record whose value does not start with
-// the marker as one event (records written with Config.OutcomeBatch 1, or by
-// an earlier version).
-var outcomeBatchMagic = []byte("HFB\x01")
+// what that buys). The framing (schemas.OutcomeBatchMagic, documented there
+// and in docs/design.md) is "HFB\x01" then, per event,
+// uvarint(len(event)) varint(timestamp, unix ms) event, where event is the
+// admitted event single-object encoded (the raw message's value, or its
+// re-encoding when that was Confluent-framed) and the timestamp is the raw
+// message's. Stage B reads a record whose value does not start with the
+// marker as one event (records written with Config.OutcomeBatch 1, or by an
+// earlier version).
+var outcomeBatchMagic = []byte(schemas.OutcomeBatchMagic)
 
 // outcomeBatchMaxBytes bounds a batched record's value; an event larger than
 // that goes in a record of its own.
 const outcomeBatchMaxBytes = 1 << 20
 
 // errOutcomeFraming is a batched hf.outcomes record that does not parse.
-var errOutcomeFraming = errors.New("hf.outcomes batch framing")
+var errOutcomeFraming = schemas.ErrOutcomeFraming
 
 // isOutcomeBatch reports whether v is a batched hf.outcomes value.
-func isOutcomeBatch(v []byte) bool { return bytes.HasPrefix(v, outcomeBatchMagic) }
+func isOutcomeBatch(v []byte) bool { return schemas.IsOutcomeBatch(v) }
 
 // appendOutcome appends one event to a batched value (which must already
 // start with outcomeBatchMagic).
 func appendOutcome(dst []byte, ts time.Time, ev []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(ev)))
-	dst = binary.AppendVarint(dst, ts.UnixMilli())
-	return append(dst, ev...)
+	return schemas.AppendOutcome(dst, ts, ev)
 }
 
 // splitOutcomes calls fn for each event of a batched value, in order; the
 // event slices alias v. It returns an error wrapping errOutcomeFraming when v
 // does not parse (fn may have been called for the events before the damage).
 func splitOutcomes(v []byte, fn func(ts time.Time, ev []byte)) error {
-	if !isOutcomeBatch(v) {
-		return fmt.Errorf("%w: no batch marker", errOutcomeFraming)
-	}
-	rest := v[len(outcomeBatchMagic):]
-	if len(rest) == 0 {
-		return fmt.Errorf("%w: no event", errOutcomeFraming)
-	}
-	for at := len(outcomeBatchMagic); len(rest) > 0; at = len(v) - len(rest) {
-		n, k := binary.Uvarint(rest)
-		if k <= 0 {
-			return fmt.Errorf("%w: bad length at byte %d", errOutcomeFraming, at)
-		}
-		rest = rest[k:]
-		ms, k := binary.Varint(rest)
-		if k <= 0 {
-			return fmt.Errorf("%w: bad timestamp at byte %d", errOutcomeFraming, at)
-		}
-		rest = rest[k:]
-		if n > uint64(len(rest)) {
-			return fmt.Errorf("%w: event of %d bytes at byte %d overruns the record", errOutcomeFraming, n, at)
-		}
-		fn(time.UnixMilli(ms), rest[:n:n])
-		rest = rest[n:]
-	}
-	return nil
+	return schemas.SplitOutcomes(v, fn)
 }
 
 // openOutcome is the batched record a flush is filling for one pairing key.

@@ -145,7 +145,7 @@ func (w *partWork) startFetchers(ctx context.Context, owned *sync.WaitGroup) <-c
 	p := w.p
 	ch := make(chan fetched, len(w.streams))
 	for i, s := range w.streams {
-		f := &fetcher{client: p.client, cfg: &p.cfg, topic: s.topic, part: w.part, idx: i, decode: true, m: p.m}
+		f := &fetcher{client: p.client, cfg: &p.cfg, topic: s.topic, part: w.part, idx: i, decode: true, dec: p.dec, m: p.m}
 		if w.stage == stageB {
 			f.cache, f.split = p.cache, true
 		}

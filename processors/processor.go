@@ -36,6 +36,7 @@ type Processor struct {
 	out    *outWriter
 	camps  *campaignTable
 	cache  *evCache // stage A's admitted events, for stage B's fetchers
+	dec    *schemas.Decoder
 	ran    atomic.Bool
 
 	// live state sizes per stage and partition, for gauges and tests.
@@ -58,7 +59,11 @@ func New(cfg Config, opts ...Option) (*Processor, error) {
 	if !o.logSet {
 		o.log = obs.NewLogger("process")
 	}
-	p := &Processor{cfg: cfg, log: o.log, m: newMetrics(), prog: o.progress, camps: newCampaignTable(), cache: newEvCache(), sizes: map[string]partSize{}}
+	p := &Processor{cfg: cfg, log: o.log, m: newMetrics(), prog: o.progress, camps: newCampaignTable(), cache: newEvCache(), sizes: map[string]partSize{},
+		dec: &schemas.Decoder{}}
+	if cfg.SchemaRegistry != "" {
+		p.dec.Registry = schemas.NewRegistry(cfg.SchemaRegistry, nil)
+	}
 	r := o.reg
 	if r == nil {
 		p.reg = obs.NewRegistry()
@@ -122,7 +127,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		return p.camps.follow(gctx, p.client, cfg, p.m, p.log, parts[schemas.TopicCampaigns])
+		return p.camps.follow(gctx, p.client, cfg, p.dec, p.m, p.log, parts[schemas.TopicCampaigns])
 	})
 	g.Go(func() error { return p.runGroup(gctx, stageA) })
 	g.Go(func() error {

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestRestartInAnotherMergeOrderLosesNothing(t *testing.T) {
 			next[topic]++
 			r := logs[topic][off]
 			m := &inMsg{topic: topic, offset: off, ts: r.msg.Time, key: r.msg.Key, value: r.msg.Value}
-			decodeMsg(m, cfg.Limits)
+			decodeMsg(context.Background(), m, cfg.Limits, nil)
 			c, ok := committed[topic]
 			m.emit = committed == nil || !ok || off >= c
 			st.process(m, m.emit, &out, now)

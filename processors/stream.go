@@ -36,7 +36,10 @@ type fetcher struct {
 	part   int
 	idx    int
 	decode bool
-	cache  *evCache // events this process admitted (stage B); nil: none
+	// dec decodes Confluent-framed values through the schema registry
+	// (Config.SchemaRegistry); nil: none (they are dead-lettered).
+	dec   *schemas.Decoder
+	cache *evCache // events this process admitted (stage B); nil: none
 	// split: the topic is hf.outcomes, whose batched records are read as
 	// their events (outbatch.go).
 	split bool
@@ -189,15 +192,24 @@ func (f *fetcher) fetch(ctx context.Context, offset *int64) (fetched, error) {
 		}
 		out.msgs = append(out.msgs, m)
 	}
+	if f.decode {
+		if err := decodeAll(ctx, out.msgs, f.cfg.Limits, f.cache, f.dec); err != nil {
+			// The schema registry could not be asked: nothing of this
+			// fetch is dead-lettered; run tries the fetch again, and a
+			// registry down past the retry budget restarts the
+			// partition's work from the committed offsets.
+			if f.m != nil {
+				f.m.registryErrors.Inc()
+			}
+			return fetched{}, fmt.Errorf("decode %s/%d: %w", f.topic, f.part, err)
+		}
+	}
 	if f.m != nil {
 		if f.fetches == nil {
 			f.fetches, f.fetchRecs = f.m.fetches.WithLabelValues(f.topic), f.m.fetchedRecs.WithLabelValues(f.topic)
 		}
 		f.fetches.Inc()
 		f.fetchRecs.Add(float64(out.next - *offset))
-	}
-	if f.decode {
-		decodeAll(out.msgs, f.cfg.Limits, f.cache)
 	}
 	*offset = out.next
 	return out, nil

@@ -23,6 +23,9 @@ func decodeRejection(err error) *rejection {
 	case errors.As(err, &fe) && fe.Code != "":
 		code = fe.Code
 	}
+	if code == schemas.CodeSchemaRegistry {
+		return reject(schemas.StageDecode, code, "%v (start the processors with --schema-registry)", err)
+	}
 	return reject(schemas.StageDecode, code, "%v", err)
 }
 

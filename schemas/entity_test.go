@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -163,26 +164,34 @@ func TestRejectedNamesEntityForEveryCode(t *testing.T) {
 			`"attempt":2,"status":"` + status + `","score":` + score + `,"success":true,"task_input":"` + input + `"}`)
 	}
 	const upd, att = "update u-17 (cell c-3)", "task t-1 attempt 2 (cell c-3)"
+	_, srv := newFakeRegistry(t) // knows no schema id
+	withRegistry := &Decoder{Registry: NewRegistry(srv.URL, nil)}
+	confluent := append([]byte{ConfluentMagic, 0, 0, 0, 99}, a[10:]...)
 	cases := []struct {
 		code, topic string
 		payload     []byte
 		want        string
+		dec         *Decoder // decode with it (Confluent framing); nil: Decode or ParseJSON
 	}{
-		{CodeMalformed, TopicAttempts, a[:len(a)-20], "task task-19 attempt 1 (cell cell-7)"},
-		{CodeUnknownFingerprint, TopicAttempts, append([]byte{0xC3, 0x01, 9, 9, 9, 9, 9, 9, 9, 9}, a[10:]...), "task task-19 attempt 1 (cell cell-7)"},
-		{CodeUnknownType, TopicUpdates, []byte(`{"type":"harness_updated","cell_id":"c-3","update_id":"u-17"}`), upd},
-		{CodeMissingField, TopicUpdates, bytes.Replace(jsonUpdate(""), []byte(`"from_version":"h0",`), nil, 1), upd},
-		{CodeWrongType, TopicUpdates, bytes.Replace(jsonUpdate(""), []byte(`"cycle":1`), []byte(`"cycle":"one"`), 1), upd},
-		{CodeBadEnum, TopicAttempts, jsonAttempt("exploded", "1", ""), att},
-		{CodeOutOfRange, TopicAttempts, jsonAttempt("ok", "2", ""), att},
-		{CodeTooLarge, TopicAttempts, jsonAttempt("ok", "1", strings.Repeat("x", 200)), att},
-		{CodeUnknownField, TopicUpdates, jsonUpdate(`,"colour":"red"`), upd},
+		{CodeMalformed, TopicAttempts, a[:len(a)-20], "task task-19 attempt 1 (cell cell-7)", nil},
+		{CodeUnknownFingerprint, TopicAttempts, append([]byte{0xC3, 0x01, 9, 9, 9, 9, 9, 9, 9, 9}, a[10:]...), "task task-19 attempt 1 (cell cell-7)", nil},
+		{CodeUnknownType, TopicUpdates, []byte(`{"type":"harness_updated","cell_id":"c-3","update_id":"u-17"}`), upd, nil},
+		{CodeMissingField, TopicUpdates, bytes.Replace(jsonUpdate(""), []byte(`"from_version":"h0",`), nil, 1), upd, nil},
+		{CodeWrongType, TopicUpdates, bytes.Replace(jsonUpdate(""), []byte(`"cycle":1`), []byte(`"cycle":"one"`), 1), upd, nil},
+		{CodeBadEnum, TopicAttempts, jsonAttempt("exploded", "1", ""), att, nil},
+		{CodeOutOfRange, TopicAttempts, jsonAttempt("ok", "2", ""), att, nil},
+		{CodeTooLarge, TopicAttempts, jsonAttempt("ok", "1", strings.Repeat("x", 200)), att, nil},
+		{CodeUnknownField, TopicUpdates, jsonUpdate(`,"colour":"red"`), upd, nil},
+		{CodeUnknownSchemaID, TopicAttempts, confluent, "task task-19 attempt 1 (cell cell-7)", withRegistry},
+		{CodeSchemaRegistry, TopicAttempts, confluent, "task task-19 attempt 1 (cell cell-7)", &Decoder{}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
 		seen[c.code] = true
 		var err error
-		if c.payload[0] == '{' {
+		if c.dec != nil {
+			_, err = c.dec.Decode(context.Background(), c.payload)
+		} else if c.payload[0] == '{' {
 			_, err = ParseJSON(c.payload, Limits{TaskInput: 100})
 		} else {
 			_, err = Decode(c.payload)

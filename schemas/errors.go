@@ -28,6 +28,12 @@ const (
 	CodeTooLarge = "too_large"
 	// CodeUnknownField: a JSON field that the event's schema does not have.
 	CodeUnknownField = "unknown_field"
+	// CodeUnknownSchemaID: Confluent-framed bytes whose schema id the schema
+	// registry says it does not have (error_code 40403).
+	CodeUnknownSchemaID = "unknown_schema_id"
+	// CodeSchemaRegistry: Confluent-framed bytes read by a consumer that has
+	// no schema registry to resolve their schema id (--schema-registry).
+	CodeSchemaRegistry = "schema_registry"
 )
 
 // Sentinel errors. A *FieldError with the matching code unwraps to them, so
@@ -40,11 +46,17 @@ var (
 	// ErrMalformed: the bytes are not a well-formed event.
 	ErrMalformed = errors.New("malformed event bytes")
 	// ErrSchemaNotFound: the schema registry does not know the schema id
-	// (Confluent error_code 40403) or the subject (40401).
+	// (Confluent error_code 40403), the subject (40401) or the version
+	// (40402).
 	ErrSchemaNotFound = errors.New("schema not found in registry")
 	// ErrNoRegistry: Confluent-framed bytes were given to a Decoder without a
 	// Registry.
 	ErrNoRegistry = errors.New("confluent framing needs a schema registry")
+	// ErrRegistryUnavailable: a Decoder could not ask its schema registry for
+	// a schema id (unreachable, an error answer other than "not found", the
+	// context ended). Transient: the same bytes may decode later, so
+	// consumers retry rather than dead-letter them.
+	ErrRegistryUnavailable = errors.New("schema registry unavailable")
 )
 
 // FieldError is a validation or decoding problem with one field of one event.
@@ -79,9 +91,14 @@ func (e *FieldError) Error() string {
 }
 
 // Unwrap returns the sentinel matching e.Code (ErrMalformed,
-// ErrUnknownType, ErrUnknownFingerprint), or nil.
+// ErrUnknownType, ErrUnknownFingerprint, ErrSchemaNotFound, ErrNoRegistry),
+// or nil.
 func (e *FieldError) Unwrap() error {
 	switch e.Code {
+	case CodeUnknownSchemaID:
+		return ErrSchemaNotFound
+	case CodeSchemaRegistry:
+		return ErrNoRegistry
 	case CodeMalformed:
 		return ErrMalformed
 	case CodeUnknownType:
@@ -112,9 +129,12 @@ func (e *RegistryError) Error() string {
 	return fmt.Sprintf("schema registry: HTTP %d, error_code %d: %s", e.StatusCode, e.ErrorCode, e.Message)
 }
 
-// Unwrap returns ErrSchemaNotFound for "not found" answers, else nil.
+// Unwrap returns ErrSchemaNotFound for the registry's "not found" answers
+// (error_code 40401, 40402, 40403), else nil. A 404 without one of those
+// codes is no such answer (a wrong base URL, a proxy): it says nothing
+// about the schema.
 func (e *RegistryError) Unwrap() error {
-	if e.ErrorCode == 40403 || e.ErrorCode == 40401 || e.ErrorCode == 40402 || (e.ErrorCode == 0 && e.StatusCode == 404) {
+	if e.ErrorCode == 40403 || e.ErrorCode == 40401 || e.ErrorCode == 40402 {
 		return ErrSchemaNotFound
 	}
 	return nil

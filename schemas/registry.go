@@ -1,12 +1,11 @@
 package schemas
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/linkedin/goavro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"golang.org/x/sync/singleflight"
 )
 
 // ConfluentMagic is the first byte of the Confluent wire format:
@@ -24,16 +25,18 @@ const ConfluentMagic byte = 0x00
 // registryContentType is the Schema Registry REST API's media type.
 const registryContentType = "application/vnd.schemaregistry.v1+json"
 
-// Registry is a client of the Confluent Schema Registry REST API. It caches
-// schema ids (per subject and schema) and writer schemas (per id) forever,
-// since both are immutable in a registry. Safe for concurrent use.
+// Registry is a client of the Confluent Schema Registry REST API, built on
+// franz-go's sr.Client (github.com/twmb/franz-go/pkg/sr), which speaks the
+// HTTP. It caches schema ids (per subject and schema) and writer schemas
+// (per id) forever, since both are immutable in a registry; concurrent
+// lookups of one id share one request. Safe for concurrent use.
 type Registry struct {
-	base string
-	hc   *http.Client
+	cl *sr.Client
 
 	mu      sync.RWMutex
 	ids     map[string]int32      // subject "\x00" fingerprint -> id
 	writers map[int32]*writerInfo // id -> resolved writer schema
+	fetches singleflight.Group    // writer schema fetches by id
 }
 
 // writerInfo is a registry schema resolved to an event type.
@@ -44,18 +47,76 @@ type writerInfo struct {
 }
 
 // NewRegistry returns a client for the registry at baseURL
-// (e.g. "http://localhost:8081"). hc nil means an http.Client with a 10 s
-// timeout.
+// (e.g. "http://localhost:8081"; several, comma-separated, are tried in
+// turn when one cannot be reached; a user:password@ in the first URL that
+// has one is sent as basic authentication to every URL, and never appears
+// in errors). hc nil means an http.Client with a 10 s timeout.
 func NewRegistry(baseURL string, hc *http.Client) *Registry {
 	if hc == nil {
 		hc = &http.Client{Timeout: 10 * time.Second}
 	}
+	var urls []string
+	var auth *url.Userinfo
+	for _, u := range strings.Split(baseURL, ",") {
+		u = strings.TrimRight(strings.TrimSpace(u), "/")
+		if u == "" {
+			continue
+		}
+		if pu, err := url.Parse(u); err == nil && pu.User != nil {
+			if auth == nil {
+				auth = pu.User
+			}
+			pu.User = nil
+			u = pu.String()
+		}
+		urls = append(urls, u)
+	}
+	if len(urls) == 0 {
+		urls = []string{""} // every request fails: an unusable URL, not a panic
+	}
+	opts := []sr.ClientOpt{sr.URLs(urls...), sr.HTTPClient(hc), sr.UserAgent("harnessflow")}
+	if auth != nil {
+		pw, _ := auth.Password()
+		opts = append(opts, sr.BasicAuth(auth.Username(), pw))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		// NewClient fails only without URLs or with an incompatible TLS
+		// option, neither of which is given here.
+		panic(fmt.Sprintf("schemas: sr.NewClient: %v", err))
+	}
 	return &Registry{
-		base:    strings.TrimRight(baseURL, "/"),
-		hc:      hc,
+		cl:      cl,
 		ids:     map[string]int32{},
 		writers: map[int32]*writerInfo{},
 	}
+}
+
+// CheckRegistryURL reports what is wrong with a schema registry base URL
+// list as NewRegistry takes it (comma-separated; "" is no registry and
+// fine): each must be http:// or https:// with a host (a bare host:port
+// means http://).
+func CheckRegistryURL(list string) error {
+	if strings.TrimSpace(list) == "" {
+		return nil
+	}
+	for _, raw := range strings.Split(list, ",") {
+		u := strings.TrimSpace(raw)
+		if u == "" {
+			return fmt.Errorf("schema registry URL list %q has an empty entry", list)
+		}
+		if !strings.Contains(u, "://") {
+			u = "http://" + u
+		}
+		pu, err := url.Parse(u)
+		if err != nil {
+			return fmt.Errorf("schema registry URL %q: %w", raw, err)
+		}
+		if (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return fmt.Errorf("schema registry URL %q: want http(s)://host[:port][/path]", raw)
+		}
+	}
+	return nil
 }
 
 // Subject returns the registry subject of event type t: "<topic>-value"
@@ -67,80 +128,45 @@ func Subject(t Type) string { return TopicFor(t) + "-value" }
 
 // SchemaByID fetches the schema text registered under id
 // (GET /schemas/ids/{id}). An unknown id is a *RegistryError wrapping
-// ErrSchemaNotFound.
+// ErrSchemaNotFound; a schema that is not Avro a *FieldError (unknown_type).
 func (r *Registry) SchemaByID(ctx context.Context, id int) (string, error) {
-	var out struct {
-		Schema     string `json:"schema"`
-		SchemaType string `json:"schemaType"`
+	s, err := r.cl.SchemaByID(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("get schema id %d: %w", id, registryErr(err))
 	}
-	if err := r.do(ctx, http.MethodGet, "/schemas/ids/"+strconv.Itoa(id), nil, &out); err != nil {
-		return "", fmt.Errorf("get schema id %d: %w", id, err)
+	if s.Type != sr.TypeAvro {
+		return "", fieldErr("", "type", CodeUnknownType, "schema id %d is a %s schema, not Avro", id, s.Type)
 	}
-	if out.SchemaType != "" && out.SchemaType != "AVRO" {
-		return "", fmt.Errorf("get schema id %d: schema type %s is not AVRO", id, out.SchemaType)
-	}
-	return out.Schema, nil
+	return s.Schema, nil
 }
 
 // Register registers schema under subject (POST /subjects/{subject}/versions)
 // and returns its id; registering an already registered schema returns the
 // existing id.
 func (r *Registry) Register(ctx context.Context, subject, schema string) (int, error) {
-	body, err := json.Marshal(map[string]string{"schema": schema})
+	id, err := r.cl.RegisterSchema(ctx, subject, sr.Schema{Schema: schema}, -1, -1)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("register subject %s: %w", subject, registryErr(err))
 	}
-	var out struct {
-		ID *int `json:"id"`
-	}
-	if err := r.do(ctx, http.MethodPost, "/subjects/"+url.PathEscape(subject)+"/versions", body, &out); err != nil {
-		return 0, fmt.Errorf("register subject %s: %w", subject, err)
-	}
-	if out.ID == nil {
+	if id <= 0 {
 		return 0, fmt.Errorf("register subject %s: answer has no id", subject)
 	}
-	return *out.ID, nil
+	return id, nil
 }
 
-func (r *Registry) do(ctx context.Context, method, path string, body []byte, out any) error {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, r.base+path, rd)
-	if err != nil {
+// registryErr turns an error answer of the registry (*sr.ResponseError) into
+// a *RegistryError; other errors (the registry cannot be reached) are
+// returned as they are.
+func registryErr(err error) error {
+	var re *sr.ResponseError
+	if !errors.As(err, &re) {
 		return err
 	}
-	req.Header.Set("Accept", registryContentType+", application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", registryContentType)
+	out := &RegistryError{StatusCode: re.StatusCode, ErrorCode: re.ErrorCode, Message: re.Message}
+	if out.ErrorCode == 0 && (out.Message == "" || out.Message == "no response") {
+		out.Message = strings.TrimSpace(string(re.Raw[:min(len(re.Raw), 200)]))
 	}
-	resp, err := r.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		re := &RegistryError{StatusCode: resp.StatusCode}
-		var eb struct {
-			ErrorCode int    `json:"error_code"`
-			Message   string `json:"message"`
-		}
-		if json.Unmarshal(data, &eb) == nil && (eb.ErrorCode != 0 || eb.Message != "") {
-			re.ErrorCode, re.Message = eb.ErrorCode, eb.Message
-		} else {
-			re.Message = strings.TrimSpace(string(data[:min(len(data), 200)]))
-		}
-		return re
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("schema registry: bad answer: %w", err)
-	}
-	return nil
+	return out
 }
 
 // idFor returns the registry id of ti's current schema, registering it under
@@ -195,7 +221,8 @@ func (r *Registry) AppendEncodeConfluent(ctx context.Context, dst []byte, ev Eve
 	return out, nil
 }
 
-// writer returns the resolved writer schema of id, fetching it once.
+// writer returns the resolved writer schema of id, fetching it once
+// (concurrent first lookups of one id share one request).
 func (r *Registry) writer(ctx context.Context, id int32) (*writerInfo, error) {
 	r.mu.RLock()
 	w := r.writers[id]
@@ -203,18 +230,24 @@ func (r *Registry) writer(ctx context.Context, id int32) (*writerInfo, error) {
 	if w != nil {
 		return w, nil
 	}
-	text, err := r.SchemaByID(ctx, int(id))
+	v, err, _ := r.fetches.Do(strconv.FormatInt(int64(id), 10), func() (any, error) {
+		text, err := r.SchemaByID(ctx, int(id))
+		if err != nil {
+			return nil, err
+		}
+		w, err := resolveWriter(text)
+		if err != nil {
+			return nil, fmt.Errorf("schema id %d: %w", id, err)
+		}
+		r.mu.Lock()
+		r.writers[id] = w
+		r.mu.Unlock()
+		return w, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	w, err = resolveWriter(text)
-	if err != nil {
-		return nil, fmt.Errorf("schema id %d: %w", id, err)
-	}
-	r.mu.Lock()
-	r.writers[id] = w
-	r.mu.Unlock()
-	return w, nil
+	return v.(*writerInfo), nil
 }
 
 // resolveWriter finds the event type of a writer schema: a compiled-in
@@ -253,19 +286,28 @@ func resolveWriter(text string) (*writerInfo, error) {
 
 // Decoder decodes both framings harnessflow reads: Avro single-object
 // (0xC3 0x01, fingerprint, body; needs no registry) and Confluent (0x00,
-// schema id, body; the writer schema is fetched from Registry by id, mapped
-// to an event type by its record name, and the body decoded with it and
-// resolved to the current struct). Safe for concurrent use.
+// schema id, body; the writer schema is fetched from Registry by id once and
+// cached, mapped to an event type by its record name, and the body decoded
+// with it and resolved to the current struct). Safe for concurrent use.
 type Decoder struct {
 	// Registry resolves Confluent schema ids. Default: nil, in which case
-	// Confluent-framed bytes fail with ErrNoRegistry.
+	// Confluent-framed bytes fail with a *FieldError of code
+	// CodeSchemaRegistry (wrapping ErrNoRegistry).
 	Registry *Registry
 }
 
-// Decode decodes one message value. Errors wrapping ErrMalformed,
-// ErrUnknownFingerprint, ErrUnknownType or ErrSchemaNotFound are permanent
-// (the bytes will never decode); others (a registry that cannot be reached)
-// are transient.
+// IsConfluent reports whether b starts with the Confluent wire format's
+// magic byte (what Decoder.Decode reads with its Registry).
+func IsConfluent(b []byte) bool { return len(b) > 0 && b[0] == ConfluentMagic }
+
+// Decode decodes one message value. Its errors are permanent (the bytes
+// will never decode here: they wrap ErrMalformed, ErrUnknownFingerprint,
+// ErrUnknownType, ErrSchemaNotFound with a *FieldError of code
+// CodeUnknownSchemaID, or ErrNoRegistry with code CodeSchemaRegistry), or
+// they wrap ErrRegistryUnavailable: the registry could not be asked (down,
+// an error answer other than "not found", ctx ended), and the same bytes
+// may decode later. As with Decode, an event that decodes but breaks a
+// schema rule comes back with the validation error.
 func (d *Decoder) Decode(ctx context.Context, b []byte) (Event, error) {
 	switch {
 	case len(b) >= 2 && b[0] == SingleObjectMagic[0] && b[1] == SingleObjectMagic[1]:
@@ -274,13 +316,13 @@ func (d *Decoder) Decode(ctx context.Context, b []byte) (Event, error) {
 		if len(b) < 5 {
 			return nil, &FieldError{Code: CodeMalformed, Msg: fmt.Sprintf("confluent frame of %d bytes is shorter than 5", len(b))}
 		}
-		if d == nil || d.Registry == nil {
-			return nil, ErrNoRegistry
-		}
 		id := int32(binary.BigEndian.Uint32(b[1:5]))
+		if d == nil || d.Registry == nil {
+			return nil, &FieldError{Code: CodeSchemaRegistry, Msg: fmt.Sprintf("Confluent-framed message (schema id %d) needs a schema registry", id)}
+		}
 		w, err := d.Registry.writer(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, writerErr(id, err)
 		}
 		if w.known != nil {
 			return w.known.decode(b[5:])
@@ -288,4 +330,19 @@ func (d *Decoder) Decode(ctx context.Context, b []byte) (Event, error) {
 		return decodeWithCodec(w.info, w.codec, b[5:])
 	}
 	return nil, &FieldError{Code: CodeMalformed, Msg: fmt.Sprintf("neither single-object (0xC3 0x01) nor Confluent (0x00) framing (%d bytes)", len(b))}
+}
+
+// writerErr classifies an error of Registry.writer for id: the registry
+// does not know the id (permanent, CodeUnknownSchemaID), a writer schema
+// that is no event (permanent, its *FieldError), or the registry could not
+// be asked (ErrRegistryUnavailable).
+func writerErr(id int32, err error) error {
+	var fe *FieldError
+	switch {
+	case errors.Is(err, ErrSchemaNotFound):
+		return fmt.Errorf("%w: %w", &FieldError{Code: CodeUnknownSchemaID, Msg: fmt.Sprintf("unknown schema id %d", id)}, err)
+	case errors.As(err, &fe):
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
 }

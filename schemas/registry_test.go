@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeRegistry serves the documented subset of the Confluent Schema Registry
@@ -167,13 +168,16 @@ func TestRegistryErrors(t *testing.T) {
 	dec := &Decoder{Registry: NewRegistry(srv.URL, nil)}
 	_, err := dec.Decode(ctx, []byte{0, 0, 0, 0, 99, 1, 2})
 	var re *RegistryError
-	if !errors.Is(err, ErrSchemaNotFound) || !errors.As(err, &re) || re.ErrorCode != 40403 || re.StatusCode != 404 {
+	var fe *FieldError
+	if !errors.Is(err, ErrSchemaNotFound) || !errors.As(err, &re) || re.ErrorCode != 40403 || re.StatusCode != 404 ||
+		!errors.As(err, &fe) || fe.Code != CodeUnknownSchemaID || errors.Is(err, ErrRegistryUnavailable) {
 		t.Fatalf("unknown id: %v", err)
 	}
-	if want := "get schema id 99: schema registry: HTTP 404, error_code 40403: Schema not found"; err.Error() != want {
+	if want := "unknown schema id 99: get schema id 99: schema registry: HTTP 404, error_code 40403: Schema not found"; err.Error() != want {
 		t.Fatalf("message %q, want %q", err.Error(), want)
 	}
-	if _, err := (&Decoder{}).Decode(ctx, []byte{0, 0, 0, 0, 1, 2}); !errors.Is(err, ErrNoRegistry) {
+	_, err = (&Decoder{}).Decode(ctx, []byte{0, 0, 0, 0, 1, 2})
+	if !errors.Is(err, ErrNoRegistry) || !errors.As(err, &fe) || fe.Code != CodeSchemaRegistry {
 		t.Fatalf("no registry: %v", err)
 	}
 	if _, err := dec.Decode(ctx, []byte{0, 0, 1}); !errors.Is(err, ErrMalformed) {
@@ -182,21 +186,131 @@ func TestRegistryErrors(t *testing.T) {
 	if _, err := dec.Decode(ctx, []byte("{}")); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("unframed: %v", err)
 	}
-	// A registry that is down is a transient error, not a data error.
+	// A registry that is down, that fails, or a URL that is no registry
+	// (a 404 without the registry's error code) is a transient error, not
+	// a data error.
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()
-	_, err = (&Decoder{Registry: NewRegistry(down.URL, nil)}).Decode(ctx, []byte{0, 0, 0, 0, 1, 2})
-	if err == nil || errors.Is(err, ErrMalformed) || errors.Is(err, ErrSchemaNotFound) {
-		t.Fatalf("unreachable registry: %v", err)
-	}
-	// Registering against a server that refuses.
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(500)
 		w.Write([]byte(`{"error_code":50001,"message":"Error in the backend data store"}`))
 	}))
-	defer bad.Close()
-	_, err = NewRegistry(bad.URL, nil).EncodeConfluent(ctx, fixturesV1()[TypeCellFinished])
+	defer failing.Close()
+	notRegistry := httptest.NewServer(http.NotFoundHandler())
+	defer notRegistry.Close()
+	for name, url := range map[string]string{"down": down.URL, "failing": failing.URL, "not a registry": notRegistry.URL} {
+		_, err = (&Decoder{Registry: NewRegistry(url, nil)}).Decode(ctx, []byte{0, 0, 0, 0, 1, 2})
+		if !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrSchemaNotFound) || errors.As(err, &fe) {
+			t.Fatalf("%s registry: %v", name, err)
+		}
+	}
+	// A schema id of another schema type is permanent, not an event type.
+	proto := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"schema":"syntax = \"proto3\";","schemaType":"PROTOBUF"}`))
+	}))
+	defer proto.Close()
+	_, err = (&Decoder{Registry: NewRegistry(proto.URL, nil)}).Decode(ctx, []byte{0, 0, 0, 0, 1, 2})
+	if !errors.Is(err, ErrUnknownType) || errors.Is(err, ErrRegistryUnavailable) {
+		t.Fatalf("protobuf schema: %v", err)
+	}
+	// Registering against a server that refuses.
+	_, err = NewRegistry(failing.URL, nil).EncodeConfluent(ctx, fixturesV1()[TypeCellFinished])
 	if !errors.As(err, &re) || re.ErrorCode != 50001 || !strings.Contains(err.Error(), "register subject hf.cells-value") {
 		t.Fatalf("backend error: %v", err)
+	}
+}
+
+// TestRegistryFailover: with several comma-separated URLs, a registry that
+// cannot be reached is skipped for the next one.
+func TestRegistryFailover(t *testing.T) {
+	f, srv := newFakeRegistry(t)
+	id := f.add(Subject(TypeTaskAttempt), Schema(TypeTaskAttempt))
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	single, _ := Encode(fixturesV1()[TypeTaskAttempt])
+	msg := append(binary.BigEndian.AppendUint32([]byte{ConfluentMagic}, uint32(id)), single[10:]...)
+	ev, err := (&Decoder{Registry: NewRegistry(down.URL+", "+srv.URL+"/", nil)}).Decode(context.Background(), msg)
+	if err != nil || !reflect.DeepEqual(ev, fixturesV1()[TypeTaskAttempt]) {
+		t.Fatalf("failover: %v", err)
+	}
+}
+
+// TestRegistryConcurrentLookupsShareOneRequest: the first lookups of one id
+// from many goroutines cost the registry one GET.
+func TestRegistryConcurrentLookupsShareOneRequest(t *testing.T) {
+	f, srv := newFakeRegistry(t)
+	id := f.add(Subject(TypeTaskAttempt), Schema(TypeTaskAttempt))
+	single, _ := Encode(fixturesV1()[TypeTaskAttempt])
+	msg := append(binary.BigEndian.AppendUint32([]byte{ConfluentMagic}, uint32(id)), single[10:]...)
+	dec := &Decoder{Registry: NewRegistry(srv.URL, nil)}
+	f.mu.Lock() // hold the registry until every goroutine waits on it
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := dec.Decode(context.Background(), msg)
+			errs <- err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	f.mu.Unlock()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gets != 1 {
+		t.Fatalf("%d GETs for one id, want 1", f.gets)
+	}
+}
+
+func TestCheckRegistryURL(t *testing.T) {
+	for list, ok := range map[string]bool{
+		"": true, "http://localhost:8081": true, "https://sr.example/api": true, "localhost:8081": true,
+		"http://a:8081, http://b:8081": true, "http://user:pw@a:8081": true,
+		"ftp://a": false, "http://": false, "http://a,,http://b": false, "http://a b": false,
+	} {
+		if err := CheckRegistryURL(list); (err == nil) != ok {
+			t.Errorf("CheckRegistryURL(%q) = %v, want ok %v", list, err, ok)
+		}
+	}
+}
+
+// TestRegistryBasicAuthFromURL: credentials in the URL go as basic
+// authentication, and errors do not show them.
+func TestRegistryBasicAuthFromURL(t *testing.T) {
+	f, _ := newFakeRegistry(t)
+	id := f.add(Subject(TypeTaskAttempt), Schema(TypeTaskAttempt))
+	authed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "hf" || p != "s3cret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error_code":40101,"message":"Unauthorized"}`))
+			return
+		}
+		f.ServeHTTP(w, r)
+	}))
+	defer authed.Close()
+	single, _ := Encode(fixturesV1()[TypeTaskAttempt])
+	msg := append(binary.BigEndian.AppendUint32([]byte{ConfluentMagic}, uint32(id)), single[10:]...)
+	withAuth := strings.Replace(authed.URL, "http://", "http://hf:s3cret@", 1)
+	if _, err := (&Decoder{Registry: NewRegistry(withAuth, nil)}).Decode(context.Background(), msg); err != nil {
+		t.Fatalf("with credentials: %v", err)
+	}
+	wrong := strings.Replace(authed.URL, "http://", "http://hf:wrong@", 1)
+	_, err := (&Decoder{Registry: NewRegistry(wrong, nil)}).Decode(context.Background(), msg)
+	if !errors.Is(err, ErrRegistryUnavailable) || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("wrong credentials: %v", err)
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	_, err = (&Decoder{Registry: NewRegistry(strings.Replace(down.URL, "http://", "http://hf:s3cret@", 1), nil)}).Decode(context.Background(), msg)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("unreachable registry: %v", err)
 	}
 }

@@ -72,6 +72,10 @@ type Config struct {
 	// Project is the project of the generated ingest token and of the
 	// trainer's critic (trained on its samples alone). Default: default.
 	Project string
+	// SchemaRegistry is a Confluent Schema Registry's base URL, through
+	// which the processors and the sink decode Confluent-framed raw messages
+	// (processors.Config.SchemaRegistry). Default: "" (none).
+	SchemaRegistry string
 }
 
 // DefaultConfig is the configuration Run fills in for the fields left zero:
@@ -254,11 +258,11 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	ingestLn, trainerLn, metricsLn := lns[0], lns[1], lns[2]
 
-	proc, err := processors.New(processors.Config{Brokers: brokers}, processors.WithLogger(s.sub("processors")), processors.WithRegisterer(reg))
+	proc, err := processors.New(processors.Config{Brokers: brokers, SchemaRegistry: cfg.SchemaRegistry}, processors.WithLogger(s.sub("processors")), processors.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}
-	sink, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database, SkipMigrate: true}, chsink.WithLogger(s.sub("sink")), chsink.WithRegisterer(reg))
+	sink, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database, SkipMigrate: true, SchemaRegistry: cfg.SchemaRegistry}, chsink.WithLogger(s.sub("sink")), chsink.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}

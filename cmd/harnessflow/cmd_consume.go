@@ -23,7 +23,9 @@ on stdout. Without --from-beginning it starts at the end of each partition as of
 start-up. It exits after --max events, after --idle-timeout without a new message,
 or on SIGINT/SIGTERM. A message that does not decode is reported on stderr with
 its topic, partition and offset, and skipped; when none of the messages read
-decodes, consume exits 1 (it printed nothing).
+decodes, consume exits 1 (it printed nothing). On hf.outcomes, the processors'
+internal topic, each event of a batched record ("HFB\x01" framing, see
+docs/design.md) is printed on its own line.
 
 A dead letter (hf.dlq, "type":"rejected") is printed with its fields (stage,
 reason_code, message, which starts with the entity it is about, such as
@@ -55,7 +57,7 @@ offending bytes in base64), then what the payload holds:
 	f.BoolVar(&cfg.FromBeginning, "from-beginning", false, "start at the first stored offset instead of the end")
 	f.IntVar(&cfg.Max, "max", 0, "exit after this many events (0: no limit)")
 	f.DurationVar(&cfg.Idle, "idle-timeout", 0, "exit after this long without a new message (0: never)")
-	f.StringVar(&cfg.SchemaRegistry, "schema-registry", "", "schema registry URL, to decode Confluent-framed messages")
+	f.StringVar(&cfg.SchemaRegistry, "schema-registry", "", "Confluent Schema Registry URL[,URL] through which Confluent-framed messages (0x00, schema id, Avro) are decoded (empty: none; they are reported undecodable)")
 	f.DurationVar(&cfg.ConnectTimeout, "connect-timeout", jsonl.DefaultConnectTimeout, "how long to wait for a reachable broker")
 	return cmd
 }

@@ -38,7 +38,12 @@ func processorFlags(fs *pflag.FlagSet, cfg *processors.Config, brokers *string) 
 	fs.DurationVar(&cfg.FinishHold, "finish-hold", d.FinishHold, "hold each cell_finished this long (log clock, or wall clock when idle) so late updates and judgments of the cell are admitted before it (negative: off)")
 	fs.DurationVar(&cfg.MergeIdle, "merge-idle", d.MergeIdle, "how long a message that arrived while a sibling raw topic partition was empty waits before it is merged past that partition")
 	fs.StringVar(&cfg.Listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (empty: none)")
+	fs.StringVar(&cfg.SchemaRegistry, "schema-registry", "", schemaRegistryUsage)
 }
+
+// schemaRegistryUsage is the help of --schema-registry on every command
+// that reads raw topics (process, replay, sink, consume, up).
+const schemaRegistryUsage = "Confluent Schema Registry URL[,URL] through which Confluent-framed messages (0x00, schema id, Avro) are decoded (empty: none; they are dead-lettered decode/schema_registry)"
 
 func runProcessor(cmd *cobra.Command, cfg processors.Config, brokers string, component string) error {
 	cfg.Brokers = kafkax.ParseBrokers(brokers)
@@ -113,7 +118,12 @@ Several instances share the work through the consumer groups. Offsets are
 committed only after the outputs they caused are acknowledged; state is rebuilt
 from the log on every partition assignment, and every derived event has a
 deterministic id, so a restart or a rebalance re-emits, at worst, identical
-events. The raw cell topics must keep equal partition counts.`,
+events. The raw cell topics must keep equal partition counts.
+
+Raw events are Avro single-object encoded, or Confluent-framed (0x00, schema id,
+Avro) when --schema-registry names the registry that resolves their ids; an id
+it does not have is dead-lettered decode/unknown_schema_id, and while it cannot
+be reached nothing is dead-lettered: the partition's work waits and restarts.`,
 		Example: "  harnessflow process --brokers 127.0.0.1:9092 --listen 127.0.0.1:9465",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -27,6 +27,7 @@ func newSinkCmd() *cobra.Command {
 	var maxRows, maxBytes int
 	var maxAge, verifyDelay time.Duration
 	var recomputeWorkers int
+	var schemaRegistry string
 	cmd := &cobra.Command{
 		Use:   "sink",
 		Short: "Write every raw and derived topic to its ClickHouse table",
@@ -36,7 +37,9 @@ named-column native inserts, and commits offsets only after the insert
 succeeded. Redelivered and replayed events change no figure: rows deduplicate
 on event id and the analyst views read deduplicated data. When ClickHouse is
 down it stops fetching, retries, and resumes with nothing lost. Undecodable
-messages become rows of rejected_events (stage decode).
+messages become rows of rejected_events (stage decode). Confluent-framed
+messages (0x00, schema id, Avro) are decoded through --schema-registry; while
+the registry cannot be reached the sink waits and rejects nothing.
 
 It applies the schema migrations at start, serves /metrics, /healthz and /readyz
 on --listen, and on SIGINT/SIGTERM flushes what it buffered and commits. /healthz
@@ -58,7 +61,7 @@ the sink uses the first that answers.`,
 			s, err := chsink.New(chsink.Config{
 				Brokers: kafkax.ParseBrokers(brokers), ClickHouse: addr, Database: database, Cluster: cluster, Group: group,
 				MaxRows: maxRows, MaxBytes: maxBytes, MaxAge: maxAge,
-				RecomputeWorkers: recomputeWorkers, VerifyDelay: verifyDelay,
+				RecomputeWorkers: recomputeWorkers, VerifyDelay: verifyDelay, SchemaRegistry: schemaRegistry,
 			}, chsink.WithLogger(log), chsink.WithRegisterer(reg))
 			if err != nil {
 				return withCode(2, err)
@@ -93,6 +96,7 @@ the sink uses the first that answers.`,
 	cmd.Flags().IntVar(&maxBytes, "max-bytes", d.MaxBytes, "message bytes per insert at most (per table)")
 	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old")
 	cmd.Flags().IntVar(&recomputeWorkers, "recompute-workers", d.RecomputeWorkers, "projects whose cell_scores are recomputed at once (one project per worker: a project with huge cells delays the others only while this many such projects recompute)")
+	cmd.Flags().StringVar(&schemaRegistry, "schema-registry", "", schemaRegistryUsage)
 	cmd.Flags().DurationVar(&verifyDelay, "verify-delay", d.VerifyDelay, "with --cluster: check recomputed cell_scores against their attempts this long after, and repair those a replica's lag left short (doubling waits up to 30s)")
 	return cmd
 }

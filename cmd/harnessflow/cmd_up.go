@@ -93,6 +93,7 @@ report once ClickHouse holds every figure.`,
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", d.MetricsListen, "/metrics, /healthz and /readyz address (a free port when taken)")
 	f.StringVar(&cfg.Device, "device", d.Device, "trainer compute device: auto, cpu or cuda")
 	f.StringVar(&cfg.Project, "project", d.Project, "project of the generated ingest token and of the critic (the trainer trains on and serves this project alone)")
+	f.StringVar(&cfg.SchemaRegistry, "schema-registry", "", schemaRegistryUsage)
 	f.BoolVar(&demo, "demo", false, "also send a simulated campaign and print its report when processed")
 	f.BoolVar(&demoExit, "demo-exit", false, "with --demo: stop everything after printing the report")
 	f.StringVar(&demoCfg.Campaign, "campaign", dd.Campaign, "with --demo: campaign name")

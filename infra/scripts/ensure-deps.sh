@@ -4,10 +4,12 @@
 # HTML report's render test), Debian's prometheus (promtool and prometheus,
 # for infra/prometheus's and infra/grafana's tests), Debian's zookeeper
 # (with its Java runtime: the ClickHouse cluster test, internal/chcluster)
-# Python 3.9+ (the Python SDK's tests) and chDB, ClickHouse 26.7
+# Python 3.9+ (the Python SDK's tests), chDB, ClickHouse 26.7
 # as a library that the tests load in-process (internal/chdb; npm's
 # @chdb/lib-linux-x64-gnu into the user's cache, Debian's npm first if there
-# is no npm). Used by `make test`, `make demo` and .ci/run. Without root it
+# is no npm), and npm's kafkajs and @kafkajs/confluent-schema-registry, the
+# independent Confluent serializer of the interoperability test
+# (internal/testenv.Node; into the user's cache too). Used by `make test`, `make demo` and .ci/run. Without root it
 # prints the commands that do the install.
 set -euo pipefail
 
@@ -15,6 +17,9 @@ set -euo pipefail
 chdb_version=26.7.3-stable.1
 chdb_dir="${XDG_CACHE_HOME:-$HOME/.cache}/harnessflow/chdb"
 chdb_pkg="$chdb_dir/node_modules/@chdb/lib-linux-x64-gnu"
+# Keep in step with NPMInteropPackages in internal/testenv.
+npm_interop_pkgs=(kafkajs@2.2.4 @kafkajs/confluent-schema-registry@4.1.0)
+npm_interop_dir="${HF_NPM_INTEROP:-${XDG_CACHE_HOME:-$HOME/.cache}/harnessflow/npm-interop}"
 
 have_clickhouse() {
   command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1
@@ -24,6 +29,7 @@ missing=()
 have_clickhouse || missing+=(clickhouse-server clickhouse-client)
 command -v clickhouse-client >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing+=(clickhouse-client)
 need_chdb=0
+need_interop=0
 if [ "${1:-}" = "--test" ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
   { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || missing+=(prometheus)
@@ -37,7 +43,22 @@ if [ "${1:-}" = "--test" ]; then
     need_chdb=1
     command -v npm >/dev/null 2>&1 || missing+=(npm)
   fi
+  for p in "${npm_interop_pkgs[@]}"; do
+    name="${p%@*}"
+    version="${p##*@}"
+    if ! grep -q "\"version\": *\"$version\"" "$npm_interop_dir/node_modules/$name/package.json" 2>/dev/null; then
+      need_interop=1
+    fi
+  done
+  if [ "$need_interop" = 1 ]; then
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
+  fi
 fi
+
+install_interop() {
+  echo "installing ${npm_interop_pkgs[*]} into $npm_interop_dir" >&2
+  npm install --prefix "$npm_interop_dir" --no-audit --no-fund "${npm_interop_pkgs[@]}" >&2
+}
 
 install_chdb() {
   echo "installing chDB $chdb_version (libchdb.so, about 540 MB) into $chdb_dir" >&2
@@ -46,6 +67,7 @@ install_chdb() {
 
 if [ ${#missing[@]} -eq 0 ]; then
   if [ "$need_chdb" = 1 ]; then install_chdb; fi
+  if [ "$need_interop" = 1 ]; then install_interop; fi
   exit 0
 fi
 
@@ -57,6 +79,10 @@ if [ "$(id -u)" != 0 ]; then
   if [ "$need_chdb" = 1 ]; then
     echo "and then chDB (as yourself, not root):" >&2
     echo "  npm install --prefix \"$chdb_dir\" --no-audit --no-fund @chdb/lib-linux-x64-gnu@$chdb_version" >&2
+  fi
+  if [ "$need_interop" = 1 ]; then
+    echo "and the interoperability test's npm packages (as yourself):" >&2
+    echo "  npm install --prefix \"$npm_interop_dir\" --no-audit --no-fund ${npm_interop_pkgs[*]}" >&2
   fi
   exit 1
 fi
@@ -73,4 +99,5 @@ if command -v service >/dev/null 2>&1; then
   service zookeeper stop >/dev/null 2>&1 || true
 fi
 if [ "$need_chdb" = 1 ]; then install_chdb; fi
+if [ "$need_interop" = 1 ]; then install_interop; fi
 exit 0

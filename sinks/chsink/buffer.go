@@ -2,12 +2,14 @@ package chsink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/harnessflow/harnessflow/internal/retry"
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
@@ -47,8 +49,14 @@ type buffer struct {
 }
 
 // add decodes m and buffers its row; it reports whether a buffer is now due
-// for flushing by size (its table's, or the total bound).
-func (s *Sink) add(m kafka.Message) bool {
+// for flushing by size (its table's, or the total bound). It returns an
+// error, having buffered and recorded nothing of m, only when m is
+// Confluent-framed and the schema registry could not be asked (decode).
+func (s *Sink) add(ctx context.Context, m kafka.Message) (bool, error) {
+	ev, err := s.decode(ctx, m)
+	if errors.Is(err, schemas.ErrRegistryUnavailable) || (err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		return false, err
+	}
 	k := tp{m.Topic, m.Partition}
 	if cur, ok := s.fetched[k]; !ok || m.Offset > cur {
 		s.fetched[k] = m.Offset
@@ -57,7 +65,6 @@ func (s *Sink) add(m kafka.Message) bool {
 		s.first[k] = m.Offset
 	}
 	md := meta{topic: m.Topic, partition: int32(m.Partition), offset: m.Offset}
-	ev, err := schemas.Decode(m.Value)
 	var t *table
 	if err == nil {
 		t, ev = tableFor(ev)
@@ -85,7 +92,40 @@ func (s *Sink) add(m kafka.Message) bool {
 	b.bytes += len(m.Value) + 64
 	s.buffered++
 	s.m.buffered.Set(float64(s.buffered))
-	return len(b.rows) >= s.cfg.MaxRows || b.bytes >= s.cfg.MaxBytes || s.buffered > s.cfg.MaxBufferedRows
+	return len(b.rows) >= s.cfg.MaxRows || b.bytes >= s.cfg.MaxBytes || s.buffered > s.cfg.MaxBufferedRows, nil
+}
+
+// decode decodes m's value: Avro single-object, or Confluent-framed through
+// the schema registry (Config.SchemaRegistry). While the registry cannot be
+// asked it tries again, blocking the loop like an insert that ClickHouse
+// refuses, bounded by RetryMaxElapsed: then it returns that error (wrapping
+// schemas.ErrRegistryUnavailable), or ctx's error if ctx ended first.
+// Nothing is rejected for an unavailable registry.
+func (s *Sink) decode(ctx context.Context, m kafka.Message) (schemas.Event, error) {
+	if !schemas.IsConfluent(m.Value) {
+		return schemas.Decode(m.Value)
+	}
+	var ev schemas.Event
+	var derr error
+	policy := retry.Policy{Initial: 100 * time.Millisecond, Max: s.cfg.RetryMaxInterval, MaxElapsed: s.cfg.RetryMaxElapsed}
+	err := retry.Do(ctx, policy, func() error {
+		ev, derr = s.dec.Decode(ctx, m.Value)
+		if errors.Is(derr, schemas.ErrRegistryUnavailable) {
+			if ctx.Err() != nil {
+				return retry.Permanent(ctx.Err())
+			}
+			return derr
+		}
+		return nil
+	}, func(err error, wait time.Duration) {
+		s.m.registryErrors.Inc()
+		s.log.Warn().Err(err).Str("topic", m.Topic).Int("partition", m.Partition).Int64("offset", m.Offset).Dur("retry_in", wait).
+			Msg("schema registry unavailable; decoding the message again (nothing is rejected)")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decode %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
+	}
+	return ev, derr
 }
 
 // flushDue inserts every table whose buffer is full or old enough (all of

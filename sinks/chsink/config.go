@@ -72,6 +72,16 @@ type Config struct {
 	// PayloadCap caps the payload kept in rejected_events for an undecodable
 	// message. Default: 64 KiB.
 	PayloadCap int
+	// SchemaRegistry is the base URL of a Confluent Schema Registry (several
+	// comma-separated are tried in turn) through which Confluent-framed
+	// messages (0x00, schema id, Avro body) are decoded; writer schemas are
+	// fetched once per id and cached. An id the registry says it does not
+	// have becomes a rejected_events row (decode, unknown_schema_id); while
+	// the registry cannot be asked the sink retries that message (blocking;
+	// after RetryMaxElapsed the consumer starts again from the committed
+	// offsets, as on a Kafka error) and rejects nothing. Default: "" (none: Confluent-framed
+	// messages are rejected decode/schema_registry).
+	SchemaRegistry string
 	// SkipMigrate skips applying infra/chddl's migrations at start.
 	// Default: false (migrate).
 	SkipMigrate bool
@@ -171,6 +181,9 @@ func (c *Config) Validate(haveWriter bool) error {
 		if _, ok := kafkatopics.Lookup(t); !ok {
 			errs = append(errs, fmt.Errorf("chsink: unknown topic %q", t))
 		}
+	}
+	if err := schemas.CheckRegistryURL(c.SchemaRegistry); err != nil {
+		errs = append(errs, fmt.Errorf("chsink: %w (--schema-registry)", err))
 	}
 	return errors.Join(errs...)
 }

@@ -111,7 +111,10 @@ func (s *Sink) consume(ctx context.Context, r *kafka.Reader, msgs <-chan kafka.M
 			if !ok {
 				return fetcherEnded(fetchErr)
 			}
-			closed := s.addBurst(m, msgs)
+			closed, err := s.addBurst(ctx, m, msgs)
+			if err != nil {
+				return err
+			}
 			if err := s.flushDue(ctx, r, false); err != nil {
 				return err
 			}
@@ -132,21 +135,22 @@ const maxBurst = 512
 // addBurst buffers m, then what the fetcher already has (up to maxBurst
 // messages, and up to a full buffer), before the loop checks the flush
 // conditions, rather than a full select and check per message. It reports
-// whether the fetcher closed msgs meanwhile.
-func (s *Sink) addBurst(m kafka.Message, msgs <-chan kafka.Message) (closed bool) {
-	full := s.add(m)
-	for n := 1; n < maxBurst && !full; n++ {
+// whether the fetcher closed msgs meanwhile, and add's error (the schema
+// registry could not be asked, or ctx ended while add waited for it).
+func (s *Sink) addBurst(ctx context.Context, m kafka.Message, msgs <-chan kafka.Message) (closed bool, err error) {
+	full, err := s.add(ctx, m)
+	for n := 1; n < maxBurst && !full && err == nil; n++ {
 		select {
 		case m, ok := <-msgs:
 			if !ok {
-				return true
+				return true, nil
 			}
-			full = s.add(m)
+			full, err = s.add(ctx, m)
 		default:
-			return false
+			return false, nil
 		}
 	}
-	return false
+	return false, err
 }
 
 // drain ends a run that was cancelled: it flushes everything buffered, waits

@@ -13,6 +13,9 @@ type sinkMetrics struct {
 	// startRetries the connects or migrations ClickHouse failed at start.
 	kafkaRestarts prometheus.Counter
 	startRetries  prometheus.Counter
+	// registryErrors counts decodes of Confluent-framed messages retried
+	// because the schema registry could not be asked.
+	registryErrors prometheus.Counter
 	// commitLag is the group's lag per partition (lag.go).
 	commitLag *prometheus.GaugeVec
 	// unverified, repairs and unverifiedDropped follow the verification of
@@ -59,6 +62,8 @@ func newMetrics(reg prometheus.Registerer, oldestWait func() float64) *sinkMetri
 		buffered:      gauge("hf_sink_buffered_rows", "Rows read from Kafka and not yet inserted."),
 		kafkaRestarts: counter("hf_sink_consumer_restarts_total", "Times the consumer started again after a Kafka fetch or commit error."),
 		startRetries:  counter("hf_sink_start_retries_total", "Times connecting to or migrating ClickHouse at start failed on an outage and was tried again."),
+		registryErrors: counter("hf_sink_schema_registry_errors_total",
+			"Decodes of a Confluent-framed message retried because the schema registry (--schema-registry) was unreachable or failed; nothing is rejected for it."),
 		commitLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hf_sink_commit_lag", Help: "Log end offset minus the group's committed offset, by group, topic and partition (polled every LagInterval).",
 		}, []string{"group", "topic", "partition"}),

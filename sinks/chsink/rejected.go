@@ -30,7 +30,11 @@ func (s *Sink) rejection(m kafka.Message, err error) *schemas.Rejected {
 	case errors.Is(err, schemas.ErrUnknownType):
 		code = schemas.CodeUnknownType
 	}
-	rec := schemas.NewRejected(rejectedSource, schemas.StageDecode, code, err.Error(), schemas.Origin{
+	msg := err.Error()
+	if code == schemas.CodeSchemaRegistry {
+		msg += " (start the sink with --schema-registry)"
+	}
+	rec := schemas.NewRejected(rejectedSource, schemas.StageDecode, code, msg, schemas.Origin{
 		Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset, Time: m.Time, Payload: m.Value,
 	}, s.cfg.PayloadCap)
 	rec.EventID = fmt.Sprintf("sink-decode:%s:%d:%d", m.Topic, m.Partition, m.Offset)

@@ -66,6 +66,7 @@ type Sink struct {
 	reg prometheus.Registerer
 	w   BatchWriter
 	m   *sinkMetrics
+	dec *schemas.Decoder // Confluent framing through Config.SchemaRegistry
 
 	// Owned by Run's goroutine only.
 	bufs      map[*table]*buffer
@@ -137,6 +138,10 @@ func New(cfg Config, opts ...Option) (*Sink, error) {
 		return nil, err
 	}
 	s.cfg = cfg
+	s.dec = &schemas.Decoder{}
+	if cfg.SchemaRegistry != "" {
+		s.dec.Registry = schemas.NewRegistry(cfg.SchemaRegistry, nil)
+	}
 	s.m = newMetrics(s.reg, func() float64 {
 		if q := s.rq.Load(); q != nil {
 			_, _, _, oldest := q.depth(time.Now())
@@ -196,6 +201,12 @@ func (s *Sink) Run(ctx context.Context) error {
 		switch {
 		case errors.As(err, &ke):
 			s.log.Warn().Err(err).Dur("retry_in", d).Msg("Kafka error; the consumer starts again from the committed offsets")
+			s.m.kafkaRestarts.Inc()
+		case errors.Is(err, schemas.ErrRegistryUnavailable):
+			// The schema registry stayed away for RetryMaxElapsed: nothing
+			// was rejected and nothing past the message committed; a
+			// transient fault, so start again rather than exit.
+			s.log.Warn().Err(err).Dur("retry_in", d).Msg("schema registry unavailable; the consumer starts again from the committed offsets")
 			s.m.kafkaRestarts.Inc()
 		case errors.As(err, &se) && chx.Transient(se.err):
 			// ClickHouse went away while the sink connected or migrated

@@ -3,6 +3,9 @@
 // message, dead letters included, and writes its JSON form one event per
 // line — the kcat of harnessflow (`harnessflow consume`).
 //
+// hf.outcomes, the processors' internal topic, is read too: each event of a
+// batched record (schemas.OutcomeBatchMagic) is printed on its own line.
+//
 // A dead letter's line (type "rejected") is its JSON form, whose "payload"
 // is the offending bytes in base64, followed by what those bytes hold:
 // "payload_event", the payload decoded (Avro single-object, Confluent
@@ -141,25 +144,46 @@ func Consume(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 				out.Flush()
 				return fmt.Errorf("read %s: %w", o.Topic, c.err)
 			}
-			ev, err := decode(ctx, m.Value)
-			var line []byte
-			if r, ok := ev.(*schemas.Rejected); ok && err == nil {
-				line, err = rejectedLine(ctx, decode, r)
-			} else if err == nil {
-				line, err = schemas.MarshalJSON(ev)
-			}
-			if err != nil {
+			fail := func(where string, err error) {
 				out.Flush()
-				fmt.Fprintf(stderr, "%s/%d@%d: cannot decode: %v\n", m.Topic, m.Partition, m.Offset, err)
+				fmt.Fprintf(stderr, "%s/%d@%d%s: cannot decode: %v\n", m.Topic, m.Partition, m.Offset, where, err)
 				if undecodable == 0 {
 					firstErr = err
 				}
 				undecodable++
-				continue
 			}
-			out.Write(line)
-			out.WriteByte('\n')
-			printed++
+			// A batched hf.outcomes record holds several events.
+			values := [][]byte{m.Value}
+			if schemas.IsOutcomeBatch(m.Value) {
+				values = values[:0]
+				if err := schemas.SplitOutcomes(m.Value, func(_ time.Time, ev []byte) { values = append(values, ev) }); err != nil {
+					fail("", err)
+					continue
+				}
+			}
+			for i, v := range values {
+				if o.Max > 0 && printed >= o.Max {
+					break
+				}
+				ev, err := decode(ctx, v)
+				var line []byte
+				if r, ok := ev.(*schemas.Rejected); ok && err == nil {
+					line, err = rejectedLine(ctx, decode, r)
+				} else if err == nil {
+					line, err = schemas.MarshalJSON(ev)
+				}
+				if err != nil {
+					where := ""
+					if len(values) > 1 {
+						where = fmt.Sprintf(" event %d", i)
+					}
+					fail(where, err)
+					continue
+				}
+				out.Write(line)
+				out.WriteByte('\n')
+				printed++
+			}
 			if len(msgs) == 0 {
 				if err := out.Flush(); err != nil {
 					return err
