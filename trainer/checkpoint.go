@@ -10,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -111,6 +113,45 @@ type CheckpointStore struct {
 	dir  string
 	keep int
 	log  zerolog.Logger
+	// PinRetention keeps a checkpoint beyond the newest Keep for this long
+	// after its last Pin (a request that pinned its version). 0: pins do
+	// not retain.
+	PinRetention time.Duration
+	// mu orders Pin (serving) with prune (training).
+	mu sync.Mutex
+}
+
+// pinSuffix names a checkpoint's pin marker: its mtime is its last Pin.
+const pinSuffix = ".pinned"
+
+// Pin records that checkpoint index answered a pinned request now: prune
+// keeps it for PinRetention from now, however many newer ones there are.
+// It fails when the checkpoint is gone.
+func (s *CheckpointStore) Pin(index int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path := filepath.Join(s.dir, FileName(index))
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("pin checkpoint %d: %w", index, err)
+	}
+	now := time.Now()
+	if err := os.Chtimes(path+pinSuffix, now, now); err == nil {
+		return nil
+	}
+	f, err := os.OpenFile(path+pinSuffix, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("pin checkpoint %d: %w", index, err)
+	}
+	return f.Close()
+}
+
+// pinnedUntil is when checkpoint path's pin lapses (zero without one).
+func (s *CheckpointStore) pinnedUntil(path string) time.Time {
+	fi, err := os.Stat(path + pinSuffix)
+	if err != nil || s.PinRetention <= 0 {
+		return time.Time{}
+	}
+	return fi.ModTime().Add(s.PinRetention)
 }
 
 // NewCheckpointStore returns a store on dir (created if missing) that keeps
@@ -232,18 +273,32 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// prune removes all but the newest keep checkpoints and stale temp files.
+// prune removes all but the newest keep checkpoints — except those pinned
+// within PinRetention — and stale temp files and pin markers.
 func (s *CheckpointStore) prune() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	l, _ := s.list()
+	now := time.Now()
 	for i, idx := range l {
-		if i >= s.keep {
-			_ = os.Remove(filepath.Join(s.dir, FileName(idx)))
+		path := filepath.Join(s.dir, FileName(idx))
+		if until := s.pinnedUntil(path); i >= s.keep && !now.Before(until) {
+			_ = os.Remove(path)
+			_ = os.Remove(path + pinSuffix)
+		} else if i >= s.keep {
+			s.log.Debug().Str("checkpoint", path).Time("pinned_until", until).Msg("kept beyond --checkpoint-keep: a request pinned its version")
 		}
 	}
 	ents, _ := os.ReadDir(s.dir)
 	for _, e := range ents {
+		name := filepath.Join(s.dir, e.Name())
 		if strings.HasPrefix(e.Name(), ckptTempPfx) {
-			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+			_ = os.Remove(name)
+		}
+		if base, ok := strings.CutSuffix(name, pinSuffix); ok {
+			if _, err := os.Stat(base); errors.Is(err, fs.ErrNotExist) {
+				_ = os.Remove(name)
+			}
 		}
 	}
 }

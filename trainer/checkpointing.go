@@ -47,6 +47,7 @@ func (t *Trainer) restore(ctx context.Context) error {
 			return rerr
 		}
 		t.index, t.step, t.trained = ck.Index, ck.Step, ck.SamplesTrained
+		t.ckOptSteps = t.models[0].Steps()
 		for p, o := range ck.Offsets {
 			t.offsets[p] = o
 		}
@@ -94,8 +95,17 @@ func forgetStepsSQL(database, cluster string) string {
 
 // housekeeping flushes rows when due and checkpoints when due (or when final
 // and anything was consumed since the last checkpoint).
+//
+// A checkpoint is a new model version, so none is written while the weights
+// have not moved since the last one (only held-out, duplicate or bad
+// samples were read): the version served stays the one trained, and a
+// restart reads those samples again from the last checkpoint's offsets,
+// with the state as it was there (nothing counts twice).
 func (t *Trainer) housekeeping(ctx context.Context, final bool) error {
 	due := t.dirty && (final || t.stepsSinceCk >= t.cfg.CheckpointEvery || time.Since(t.lastCkpt) >= t.cfg.CheckpointInterval)
+	if due && t.index > 0 && t.models[0].Steps() == t.ckOptSteps {
+		due = false
+	}
 	if len(t.rows) > 0 && (due || final || time.Since(t.rowsSince) >= t.cfg.RowFlushInterval) {
 		if err := t.flushRows(ctx); err != nil {
 			return err
@@ -147,6 +157,7 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	t.modelVersion = ck.ModelVersion
 	t.mu.Unlock()
 	t.index = idx
+	t.ckOptSteps = t.models[0].Steps()
 	t.dirty = false
 	t.stepsSinceCk = 0
 	t.lastCkpt = time.Now()

@@ -64,6 +64,12 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// CheckpointKeep is how many checkpoints are kept. Default: 3.
 	CheckpointKeep int
+	// PinRetention keeps a checkpoint, beyond the newest CheckpointKeep,
+	// for this long after the last request that pinned its version
+	// (?model_version=), so a client that pins a version can rely on it
+	// for that long (a version must be pinned while it is still kept).
+	// Default: 24h.
+	PinRetention time.Duration
 	// BatchSize is the micro-batch size (samples consumed per step). Default: 256.
 	BatchSize int
 	// BatchAge flushes a smaller batch when its oldest sample has waited this
@@ -86,8 +92,11 @@ type Config struct {
 	// ScoreToken is the bearer token /v1/score and /v1/rewards require,
 	// given directly; ScoreTokenFile's takes precedence. Default: "" (open).
 	ScoreToken string
-	// Lambda weighs the std in reward = mean − λ·std. Default: 1.0 (0 means
-	// the default; use a tiny value for "almost no penalty").
+	// Lambda weighs the ensemble's disagreement in reward = mean −
+	// λ·model_std (Score.ModelStd: the std of the members' means, 0 with
+	// one member). Default: 0, the reward is the predicted effect: with one
+	// member the predicted std is the label's noise, and penalising it cut
+	// the gain of ranking candidates by half (bench/README.md).
 	Lambda float64
 	// MaxStaleness drops samples whose staleness in harness versions exceeds
 	// it (counted in dropped_stale). Default: 0 (off).
@@ -230,9 +239,6 @@ func (c *Config) setDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8090"
 	}
-	if c.Lambda == 0 {
-		c.Lambda = 1
-	}
 	if c.HeldoutFraction == 0 {
 		c.HeldoutFraction = 0.1
 	}
@@ -266,6 +272,7 @@ func (c *Config) setDefaults() {
 	defi(&c.DedupWindow, 200000)
 	defi(&c.MaxCells, 100000)
 	def(&c.CheckpointInterval, 30*time.Second)
+	def(&c.PinRetention, 24*time.Hour)
 	def(&c.BatchAge, 2*time.Second)
 	def(&c.RowFlushInterval, time.Second)
 	def(&c.SessionTimeout, 10*time.Second)

@@ -50,6 +50,9 @@ const (
 	EvalMacroF1  = "macro_f1"
 	EvalCover1   = "cover_1sigma"
 	EvalCover2   = "cover_2sigma"
+	// EvalPairs is the within-round pairwise accuracy (trainer/eval's
+	// MetricPairs), the metric the verdict rests on.
+	EvalPairs = "pairwise"
 )
 
 // EvalPrediction is the checkpoint's forecast for one held-out row, its

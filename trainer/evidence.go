@@ -3,11 +3,36 @@ package trainer
 import (
 	"regexp"
 	"strconv"
+	"strings"
 )
 
-// evidenceLine matches one evidence task line of a labeled sample's query as
-// processors/score renders it: "task <id>: pass|fail score=<score>".
-var evidenceLine = regexp.MustCompile(`(?m)^task .+: (?:pass|fail) score=(\S+)$`)
+// evidenceFigure returns the score=<x> figure of one line (no '\n') when
+// the line matches evidenceLine, without a regular expression (a query of
+// a 25-task round is tens of KiB, parsed at every forward pass): the
+// pattern's greedy ".+" makes the match the line's last " score=", whose
+// rest has no white space (the \S+ up to the line's end), preceded by
+// ": pass" or ": fail" with at least one character after "task ".
+func evidenceFigure(line string) (string, bool) {
+	if !strings.HasPrefix(line, "task ") {
+		return "", false
+	}
+	i := strings.LastIndex(line, " score=")
+	if i < 0 {
+		return "", false
+	}
+	fig := line[i+len(" score="):]
+	if fig == "" || strings.ContainsAny(fig, " \t\f\r") {
+		return "", false
+	}
+	head := line[:i]
+	if !strings.HasSuffix(head, ": pass") && !strings.HasSuffix(head, ": fail") {
+		return "", false
+	}
+	if len(head)-len(": pass") <= len("task ") {
+		return "", false
+	}
+	return fig, true
+}
 
 // summaryFailed matches the simulator's evidence summary, "... N of M tasks
 // failed ...".
@@ -28,8 +53,18 @@ var summaryFailed = regexp.MustCompile(`evidence summary: .*?\b(\d+) of (\d+) ta
 func EvidenceScore(query string) (x float64, ok bool) {
 	var sum float64
 	var n int
-	for _, m := range evidenceLine.FindAllStringSubmatch(query, -1) {
-		v, err := strconv.ParseFloat(m[1], 64)
+	for rest := query; rest != ""; {
+		line := rest
+		if i := strings.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		f, ok := evidenceFigure(line)
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
 		if err != nil || !(v >= 0 && v <= 1) {
 			continue // a score is in [0, 1] (schemas): another figure is text in a task input
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -249,16 +250,33 @@ func TestContextFeatures(t *testing.T) {
 	}
 }
 
+// evidenceLine is the pattern of an evidence task line that
+// evidenceFigure implements (the fuzz test holds them equal).
+var evidenceLine = regexp.MustCompile(`(?m)^task .+: (?:pass|fail) score=(\S+)$`)
+
 // FuzzEvidenceScore: any query parses without panicking to a figure in
 // [0, 1] or to none.
 func FuzzEvidenceScore(f *testing.F) {
 	for _, q := range []string{"task t1: pass score=1\ntask t2: fail score=0.5", "evidence summary: x 3 of 4 tasks failed",
-		"task t: pass score=1e308\ntask u: pass score=1e308", "evidence summary: 5 of 0 tasks failed", "task : fail score=-0"} {
+		"task t: pass score=1e308\ntask u: pass score=1e308", "evidence summary: 5 of 0 tasks failed", "task : fail score=-0",
+		"task a: pass score=1 x", "task a: pass score=x: fail score=0.5", "task é: fail score=0\r", "task  : pass score=0.25\ttask b: pass score=1"} {
 		f.Add(q)
 	}
 	f.Fuzz(func(t *testing.T, q string) {
-		if x, ok := EvidenceScore(q); ok && !(x >= 0 && x <= 1) {
+		x, ok := EvidenceScore(q)
+		if ok && !(x >= 0 && x <= 1) {
 			t.Fatalf("EvidenceScore(%q) = %v", q, x)
+		}
+		// The line scanner agrees with the pattern it replaces.
+		for _, line := range strings.Split(q, "\n") {
+			f, ok := evidenceFigure(line)
+			var want []string
+			if m := evidenceLine.FindStringSubmatch(line); m != nil {
+				want = m[1:]
+			}
+			if ok != (want != nil) || (ok && f != want[0]) {
+				t.Fatalf("line %q: figure %q %v, the pattern says %q", line, f, ok, want)
+			}
 		}
 	})
 }

@@ -48,9 +48,10 @@ type ModelConfig struct {
 	// CatBuckets is the rows of each categorical table (kind, evolver, agent,
 	// benchmark). Default: 1024.
 	CatBuckets int
-	// Dim is the embedding width. Default: 64.
+	// Dim is the embedding width. Default: 16 in the additive structure,
+	// 64 in the MLP one.
 	Dim int
-	// Hidden is the MLP's hidden width. Default: 64.
+	// Hidden is the MLP's hidden width. Default: as Dim's.
 	Hidden int
 	// MaxTextBytes caps the bytes of update and query text hashed. Default: 2048.
 	MaxTextBytes int
@@ -77,20 +78,67 @@ type ModelConfig struct {
 	// the same setting. Default: false (checkpoints written before the
 	// field existed read as false).
 	Context bool
+	// Structure is StructureAdditive (the default: a base fitted on the
+	// context plus a bilinear text part, additive.go) or StructureMLP (one
+	// network for everything, the structure of checkpoints written before
+	// the field existed). A checkpoint restores only into a model of its
+	// structure.
+	Structure string
+	// Rank is the additive critic's K, the factors of its text part.
+	// Default: DefaultRank.
+	Rank int
+	// RoundWeight weighs the loss's within-round term (withinRound)
+	// against the pooled Gaussian NLL. Default: DefaultRoundWeight; a
+	// negative value turns the term off.
+	RoundWeight float64
+	// TextLRScale multiplies the learning rate of the additive critic's
+	// text and scale tables. Default: DefaultTextLRScale.
+	TextLRScale float32
+}
+
+// structureOf is a checkpoint's structure: StructureMLP for one written
+// before the field existed.
+func structureOf(c ModelConfig) string {
+	if c.Structure == "" {
+		return StructureMLP
+	}
+	return c.Structure
 }
 
 func (c *ModelConfig) setDefaults() {
+	if c.Structure == "" {
+		c.Structure = StructureAdditive
+	}
+	switch {
+	case c.Structure == StructureMLP:
+		c.Rank = 0 // no text factors
+	case c.Rank == 0:
+		c.Rank = DefaultRank
+	}
+	if c.RoundWeight == 0 {
+		c.RoundWeight = DefaultRoundWeight
+	}
+	if c.TextLRScale == 0 {
+		c.TextLRScale = DefaultTextLRScale
+	}
 	if c.Buckets == 0 {
 		c.Buckets = 1 << 18
 	}
 	if c.CatBuckets == 0 {
 		c.CatBuckets = 1024
 	}
+	// The network gives only the log-variance and the label logits in the
+	// additive structure (the mean is the additive part's): a quarter of
+	// the width costs a quarter of the table's memory and AdamW time.
+	net := 64
+	if c.Structure == StructureAdditive {
+		net = 16
+	}
 	if c.Dim == 0 {
-		c.Dim = 64
+		c.Dim = net
 	}
 	if c.Hidden == 0 {
-		c.Hidden = 64
+		c.Hidden = net
 	}
 	if c.MaxTextBytes == 0 {
 		c.MaxTextBytes = 2048
@@ -120,6 +168,15 @@ func (c *ModelConfig) validate() error {
 	if c.LR <= 0 {
 		return fmt.Errorf("%w: learning rate must be positive", ErrConfig)
 	}
+	switch c.Structure {
+	case StructureAdditive:
+		if c.Rank < 1 || c.Rank > 64 {
+			return fmt.Errorf("%w: rank %d: want 1..64", ErrConfig, c.Rank)
+		}
+	case StructureMLP:
+	default:
+		return fmt.Errorf("%w: structure %q: want %s or %s", ErrConfig, c.Structure, StructureAdditive, StructureMLP)
+	}
 	return nil
 }
 
@@ -130,6 +187,15 @@ type Example struct {
 	Effect float64
 	// Label is LabelNegative, LabelNeutral or LabelPositive.
 	Label int
+	// Round names the example's round (RoundKey): the updates of
+	// different evolvers after the same round of the same tasks. Examples
+	// of one round in one batch add a within-round term to the loss
+	// (lossAndGrad). Empty: none.
+	Round string
+	// Replay marks an example trained on before (a replay or a later
+	// epoch): it trains the network and the text part again, but the
+	// additive critic's base (a closed-form fit) does not count it twice.
+	Replay bool
 	// Precision weighs the example's effect term (the Gaussian NLL) within
 	// its batch: each weight is Precision over the batch's mean (0 counts
 	// as the mean: unweighted). ExampleOf sets it to the number of paired
@@ -151,12 +217,19 @@ type Prediction struct {
 type Losses struct {
 	// Total = NLL + CE.
 	Total, NLL, CE float64
+	// Rank is the within-round term (withinRound), part of Total.
+	Rank float64
 }
 
 type param struct {
 	name       string
 	n          int
 	p, g, m, v backend.Buffer
+	// frozen: not trained by the optimizer (the additive critic's base
+	// statistics, which are a tensor only to travel in checkpoints).
+	frozen bool
+	// lrScale multiplies the learning rate of this tensor (0: 1).
+	lrScale float32
 }
 
 // Model is the reward model: an EmbeddingBag over hashed n-grams and
@@ -180,12 +253,15 @@ type Model struct {
 
 	table, b0, w1, b1, w2, b2 *param
 	params                    []*param
+	// add is the additive critic's part (nil for StructureMLP).
+	add *additive
 
 	capB, capIdx        int
 	e, h, o, dO, dh, de backend.Buffer
 	idx, off            backend.IntBuffer
 	wts                 backend.Buffer
 	host                []float32
+	means               []float64
 }
 
 // NewModel allocates a model on be, initialized deterministically from cfg.Seed.
@@ -224,6 +300,9 @@ func NewModel(be backend.Backend, cfg ModelConfig) (*Model, error) {
 	m.b1 = m.newParam("bias1", constant(H, 0.01))
 	m.w2 = m.newParam("w2", normal(H*nOut, 0.1/math.Sqrt(float64(H))))
 	m.b2 = m.newParam("bias2", make([]float32, nOut))
+	if cfg.Structure == StructureAdditive {
+		m.newAdditive(uniform)
+	}
 	return m, nil
 }
 
@@ -326,12 +405,22 @@ func (m *Model) forward(ins []*Input) []float32 {
 	}
 	out := m.host[:B*nOut]
 	m.be.Download(out, m.o)
+	if m.add != nil {
+		if cap(m.means) < B {
+			m.means = make([]float64, B)
+		}
+		means := m.means[:B]
+		m.add.forward(m.be, m.feat, ins, means)
+		for i, v := range means {
+			out[i*nOut] = float32(v)
+		}
+	}
 	return out
 }
 
 // lossAndGrad computes the batch's mean losses from the outputs and, when
 // grad is non-nil, their gradient with respect to each output (float64 math).
-func lossAndGrad(out []float32, ex []Example, grad []float32) Losses {
+func lossAndGrad(out []float32, ex []Example, grad []float32, roundWeight float64) Losses {
 	B := len(ex)
 	var l Losses
 	// Precision weights, normalised to mean 1 over the batch (an example
@@ -393,8 +482,75 @@ func lossAndGrad(out []float32, ex []Example, grad []float32) Losses {
 	}
 	l.NLL /= float64(B)
 	l.CE /= float64(B)
-	l.Total = l.NLL + l.CE
+	l.Rank = withinRound(out, ex, grad, roundWeight)
+	l.Total = l.NLL + l.CE + l.Rank
 	return l
+}
+
+// withinRound adds the within-round term to grad (when non-nil) and
+// returns its mean over the batch: for each round with two or more
+// examples in the batch, ½·Σ w·((m_i − m̄) − (y_i − ȳ))² / σ_i², the
+// squared error of the forecasts' deviations from their round's mean
+// against the effects' deviations, each over the variance σ_i² the model
+// predicts for it (as the pooled NLL weighs its errors; no gradient flows
+// to the variance from this term). A round's candidates share its tasks,
+// their difficulty and the agent's state, so most of the noise of a
+// measured effect is the same for all of them; the deviations are free of
+// it, and they are what a critic asked to choose among the candidates of
+// one round must get right (fixed effects per round, as an econometrician
+// would fit them). weight ≤ 0 turns the term off.
+func withinRound(out []float32, ex []Example, grad []float32, weight float64) float64 {
+	B := len(ex)
+	if weight <= 0 {
+		return 0
+	}
+	var rounds map[string][]int
+	for i := range ex {
+		if ex[i].Round == "" {
+			continue
+		}
+		if rounds == nil {
+			rounds = map[string][]int{}
+		}
+		rounds[ex[i].Round] = append(rounds[ex[i].Round], i)
+	}
+	var loss float64
+	for _, rs := range rounds {
+		if len(rs) < 2 {
+			continue
+		}
+		var mm, ym float64
+		for _, i := range rs {
+			mm += float64(out[i*nOut])
+			ym += ex[i].Effect
+		}
+		mm /= float64(len(rs))
+		ym /= float64(len(rs))
+		for _, i := range rs {
+			lv := math.Min(math.Max(float64(out[i*nOut+1]), logVarMin), logVarMax)
+			iv := weight * math.Exp(-lv)
+			d := (float64(out[i*nOut]) - mm) - (ex[i].Effect - ym)
+			loss += 0.5 * iv * d * d
+			if grad != nil {
+				// The exact gradient of Σ_j iv_j·d_j²/2 with respect to
+				// m_i is iv_i·d_i − mean_round(iv·d); with equal iv the
+				// second part is 0.
+				grad[i*nOut] += float32(iv * d / float64(B))
+			}
+		}
+		if grad != nil {
+			var mean float64
+			for _, i := range rs {
+				lv := math.Min(math.Max(float64(out[i*nOut+1]), logVarMin), logVarMax)
+				mean += weight * math.Exp(-lv) * ((float64(out[i*nOut]) - mm) - (ex[i].Effect - ym))
+			}
+			mean /= float64(len(rs))
+			for _, i := range rs {
+				grad[i*nOut] -= float32(mean / float64(B))
+			}
+		}
+	}
+	return loss / float64(B)
 }
 
 // computeGrads runs forward and backward for batch, leaving the gradients in
@@ -407,9 +563,20 @@ func (m *Model) computeGrads(batch []Example) Losses {
 	}
 	out := m.forward(ins)
 	grad := make([]float32, B*nOut)
-	l := lossAndGrad(out, batch, grad)
+	l := lossAndGrad(out, batch, grad, m.cfg.RoundWeight)
 	for _, p := range m.params {
-		m.be.Fill(p.g, p.n, 0)
+		if !p.frozen {
+			m.be.Fill(p.g, p.n, 0)
+		}
+	}
+	if m.add != nil {
+		// The mean is the additive part's; the network's mean output
+		// gets no gradient.
+		dMean := make([]float32, B)
+		for i := range dMean {
+			dMean[i], grad[i*nOut] = grad[i*nOut], 0
+		}
+		m.add.backward(m.be, dMean)
 	}
 	m.be.Upload(m.dO, grad)
 	// Output layer.
@@ -435,12 +602,22 @@ func (m *Model) TrainStep(batch []Example) (Losses, error) {
 	if len(batch) == 0 {
 		return Losses{}, nil
 	}
+	if m.add != nil {
+		m.add.base.observe(m.be, batch)
+	}
 	l := m.computeGrads(batch)
 	lr := m.LR()
 	m.step++
 	c := m.cfg
 	for _, p := range m.params {
-		m.be.AdamW(p.p, p.g, p.m, p.v, p.n, lr, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, m.step)
+		if p.frozen {
+			continue
+		}
+		plr := lr
+		if p.lrScale > 0 {
+			plr *= p.lrScale
+		}
+		m.be.AdamW(p.p, p.g, p.m, p.v, p.n, plr, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, m.step)
 	}
 	if err := m.be.Sync(); err != nil {
 		return l, fmt.Errorf("%w: %w", ErrDevice, err)
@@ -482,7 +659,7 @@ func (m *Model) Loss(batch []Example) Losses {
 	for i := range batch {
 		ins[i] = &batch[i].Input
 	}
-	return lossAndGrad(m.forward(ins), batch, nil)
+	return lossAndGrad(m.forward(ins), batch, nil, m.cfg.RoundWeight)
 }
 
 // ParamState is one parameter tensor with its AdamW moments.
@@ -549,6 +726,9 @@ func (m *Model) Restore(st ModelState) error {
 	if st.Config.Crosses != m.cfg.Crosses {
 		return fmt.Errorf("%w: weights trained with feature crosses %v, model configured with %v", ErrIncompatible, st.Config.Crosses, m.cfg.Crosses)
 	}
+	if structureOf(st.Config) != m.cfg.Structure || st.Config.Rank != m.cfg.Rank {
+		return fmt.Errorf("%w: weights of a %s model (rank %d), model configured as %s (rank %d)", ErrIncompatible, structureOf(st.Config), st.Config.Rank, m.cfg.Structure, m.cfg.Rank)
+	}
 	if st.Config.Context != m.cfg.Context {
 		return fmt.Errorf("%w: weights trained with context features %v, model configured with %v", ErrIncompatible, st.Config.Context, m.cfg.Context)
 	}
@@ -563,6 +743,9 @@ func (m *Model) Restore(st ModelState) error {
 		m.be.Upload(p.p, ps.P)
 		m.be.Upload(p.m, ps.M)
 		m.be.Upload(p.v, ps.V)
+		if m.add != nil && p == m.add.base.param {
+			m.add.base.restore(ps.P)
+		}
 	}
 	m.step = st.Step
 	return nil

@@ -156,7 +156,7 @@ func (t *Trainer) replay(train []Example, behind bool) (replayStats, error) {
 	size := min(len(train), t.cfg.ReplayBatchSize)
 	for k > 0 {
 		b := min(k, size, t.window.len())
-		t.replayBuf = t.window.draw(t.replayRand, b, t.replayBuf)
+		t.replayBuf = drawRounds(t.window, t.replayRand, b, t.replayBuf)
 		l, err := t.replayStep(t.replayBuf)
 		if err != nil {
 			return st, err
@@ -193,6 +193,9 @@ func (t *Trainer) replayStep(batch []Example) (Losses, error) {
 	defer t.mu.Unlock()
 	var l Losses
 	k := float64(len(t.models))
+	for i := range batch {
+		batch[i].Replay = true
+	}
 	for _, m := range t.models {
 		li, err := m.TrainStep(batch)
 		if err != nil {

@@ -293,7 +293,14 @@ func TestLRScheduleShapes(t *testing.T) {
 // the held-out loss.
 func TestEarlyStopPausesReplaysAndNewDataResumes(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	tr := replayTrainer(t, reg, func(c *Config) { c.ReplayRatio, c.ReplayWindow, c.EarlyStopPatience = 4, 64, 3 })
+	// The MLP structure without the within-round term: this tests the
+	// replay state machine, which needs a model whose held-out loss new
+	// samples only worsen (the additive structure's closed-form base, and
+	// the within-round term on the held-out rounds, move with them).
+	tr := replayTrainer(t, reg, func(c *Config) {
+		c.ReplayRatio, c.ReplayWindow, c.EarlyStopPatience = 4, 64, 3
+		c.Model.Structure, c.Model.RoundWeight = StructureMLP, -1
+	})
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, s := range genSamples(r, 100_000, 200) { // held out, with the markers' effect reversed
 		inv := *s
@@ -454,5 +461,35 @@ func TestReplayCreditWaitsForTheStreamToCatchUp(t *testing.T) {
 	}
 	if tr2.replayCredit != 2*16 {
 		t.Fatalf("credit after a backlog of 64: %v, want the cap 2 × 16 = 32", tr2.replayCredit)
+	}
+}
+
+// Replays draw whole rounds: the candidates of a round come together, so
+// the within-round term of the loss sees them.
+func TestReplayDrawsWholeRounds(t *testing.T) {
+	w := newReplayWindow(30)
+	for i := 0; i < 30; i++ {
+		w.add(Example{Round: fmt.Sprintf("r%d", i%10), Effect: float64(i)})
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 20; trial++ {
+		got := drawRounds(w, rng, 9, nil)
+		if len(got) != 9 {
+			t.Fatalf("drew %d, want 9", len(got))
+		}
+		per := map[string]int{}
+		seen := map[float64]bool{}
+		for _, e := range got {
+			per[e.Round]++
+			if seen[e.Effect] {
+				t.Fatalf("example %v drawn twice", e.Effect)
+			}
+			seen[e.Effect] = true
+		}
+		for r, n := range per {
+			if n != 3 {
+				t.Fatalf("round %s: %d of its 3 examples drawn together (%v)", r, n, per)
+			}
+		}
 	}
 }

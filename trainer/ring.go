@@ -66,3 +66,44 @@ func (r *ring[T]) draw(rng *rand.Rand, k int, dst []T) []T {
 	}
 	return dst
 }
+
+// drawRounds draws up to k examples as draw does, but whole rounds: each
+// example drawn brings the others of its round (Example.Round) in the
+// window along, so a replayed batch holds the candidates of a round
+// together and the loss's within-round term sees them (lossAndGrad). It
+// stops at k; examples without a round come alone.
+func drawRounds(r *ring[Example], rng *rand.Rand, k int, dst []Example) []Example {
+	n := len(r.buf)
+	k = min(k, n)
+	dst = dst[:0]
+	if k == 0 {
+		return dst
+	}
+	byRound := map[string][]int{}
+	for i := range r.buf {
+		if rd := r.buf[i].Round; rd != "" {
+			byRound[rd] = append(byRound[rd], i)
+		}
+	}
+	taken := make(map[int]bool, k)
+	for tries := 0; len(dst) < k && tries < 4*k; tries++ {
+		i := rng.IntN(n)
+		if taken[i] {
+			continue
+		}
+		group := []int{i}
+		if rd := r.buf[i].Round; rd != "" {
+			group = byRound[rd]
+		}
+		for _, j := range group {
+			if len(dst) == k {
+				break
+			}
+			if !taken[j] {
+				taken[j] = true
+				dst = append(dst, r.buf[j])
+			}
+		}
+	}
+	return dst
+}

@@ -42,9 +42,17 @@ type Score struct {
 	Std    float64            `json:"std"`
 	Probs  map[string]float64 `json:"probs"`
 	Label  string             `json:"label"`
-	// Reward is Effect − λ·Std (the tutorial's variance-penalized stability reward).
+	// ModelStd is the ensemble's disagreement, the std of its members'
+	// means: the model's own uncertainty (0 with one member). Std is mostly
+	// the label's noise, which no choice among candidates can avoid.
+	ModelStd float64 `json:"model_std"`
+	// Reward is Effect − λ·ModelStd: the effect itself by default (λ 0),
+	// penalised, when λ is set, only by what the model does not know.
 	Reward float64 `json:"reward"`
 	Lambda float64 `json:"lambda"`
+	// Features names the feature set and structure of the model that
+	// answered (FeatureSet), so a caller knows what it read.
+	Features string `json:"features"`
 	// ModelVersion is the checkpoint whose weights answered ("<trainer>-v<N>"),
 	// CheckpointSHA256 the sha256 of its file as saved (the
 	// checkpoint_published event's checkpoint_sha256).
@@ -106,8 +114,9 @@ func aggregate(per [][]Prediction, n int, lambda float64) []Score {
 			s.Members = append(s.Members, MemberScore{Effect: p.Mean, Std: p.Std, Probs: p.Probs, Label: LabelNames[lbl]})
 		}
 		s.Effect = mean
-		s.Std = math.Sqrt(meanVar + math.Max(0, meanSq-mean*mean))
-		s.Reward = s.Effect - lambda*s.Std
+		s.ModelStd = math.Sqrt(math.Max(0, meanSq-mean*mean))
+		s.Std = math.Sqrt(meanVar + s.ModelStd*s.ModelStd)
+		s.Reward = s.Effect - lambda*s.ModelStd
 		best := 0
 		for c := 1; c < 3; c++ {
 			if votes[c] > votes[best] || (votes[c] == votes[best] && probs[c] > probs[best]) {

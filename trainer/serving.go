@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -348,6 +349,11 @@ func (t *Trainer) serve(ins []*Input, pin string) ([]Score, servedAnswer, error)
 				"after checkpoint_every steps or checkpoint_interval (or when it stops); retry later, or pin a kept version with ?model_version=")}
 	}
 	a.warming = s.warming(a.version)
+	if pin != "" {
+		if idx, ok := t.versionIndex(pin); ok {
+			t.notePin(idx)
+		}
+	}
 	return out, a, nil
 }
 
@@ -438,8 +444,27 @@ func (t *Trainer) servePinned(ins []*Input, pin string) ([]Score, servedAnswer, 
 			return nil, servedAnswer{}, err
 		}
 		a.warming = s.warming(a.version)
+		t.notePin(idx)
 		return out, a, nil
 	}
+}
+
+// notePin marks checkpoint idx pinned (CheckpointStore.Pin), at most once
+// a minute per version. Safe for concurrent use.
+func (t *Trainer) notePin(idx int64) {
+	t.pinMu.Lock()
+	defer t.pinMu.Unlock()
+	if t.pinnedAt == nil {
+		t.pinnedAt = map[int64]time.Time{}
+	}
+	if time.Since(t.pinnedAt[idx]) < time.Minute {
+		return
+	}
+	if err := t.store.Pin(idx); err != nil {
+		t.log.Warn().Err(err).Int64("checkpoint", idx).Msg("cannot mark the pinned checkpoint: it may be pruned before --pin-retention")
+		return
+	}
+	t.pinnedAt[idx] = time.Now()
 }
 
 // scoreWith scores ins with models (an ensemble). Call with t.mu held.
@@ -448,7 +473,14 @@ func (t *Trainer) scoreWith(models []*Model, ins []*Input) []Score {
 	for k, m := range models {
 		per[k] = m.Predict(ins)
 	}
-	return aggregate(per, len(ins), t.cfg.Lambda)
+	out := aggregate(per, len(ins), t.cfg.Lambda)
+	if len(models) > 0 {
+		fs := FeatureSet(models[0].Config())
+		for i := range out {
+			out[i].Features = fs
+		}
+	}
+	return out
 }
 
 // pinOf reads the pinned version of a /v1/score or /v1/rewards request: the

@@ -203,7 +203,14 @@ const (
 func ExampleOf(s *schemas.LabeledSample) Example {
 	return Example{Input: Input{Update: s.Update, Query: s.Query, Kind: s.ArtifactKind, Evolver: s.EvolverModel,
 		Agent: s.AgentModel, Benchmark: s.Benchmark}, Effect: s.Effect, Label: LabelIndex(s.Label),
-		Precision: float64(max(min(s.NBefore, s.NAfter), 0))}
+		Precision: float64(max(min(s.NBefore, s.NAfter), 0)), Round: RoundKey(s)}
+}
+
+// RoundKey names a sample's round: its (project, campaign, seed, agent,
+// benchmark, cycle), the updates of every evolver written after the same
+// round of the same tasks, among which a critic is asked to choose.
+func RoundKey(s *schemas.LabeledSample) string {
+	return fmt.Sprintf("%s\x00%s\x00%d\x00%s\x00%s\x00%d", s.Project, s.CampaignID, s.Seed, s.AgentModel, s.Benchmark, s.Cycle)
 }
 
 // exampleOf is ExampleOf under the trainer's Config.EffectWeighting.

@@ -78,9 +78,16 @@ type Trainer struct {
 	rowsSince    time.Time
 	lastCkpt     time.Time
 	stepsSinceCk int
-	dirty        bool
-	gen          *kafka.Generation
-	genID        int
+	// pinnedAt is when each checkpoint was last marked pinned (notePin).
+	pinMu    sync.Mutex
+	pinnedAt map[int64]time.Time
+	// ckOptSteps is the optimizer steps of the first member at the last
+	// checkpoint (written or restored): equal now, the weights have not
+	// moved and no new version is written (housekeeping).
+	ckOptSteps int
+	dirty      bool
+	gen        *kafka.Generation
+	genID      int
 	// restored says the lineage comes from a checkpoint: a partition absent
 	// from offsets then has nothing of it in the weights (see startGeneration).
 	restored bool
@@ -177,6 +184,9 @@ func New(cfg Config, opts ...Option) (*Trainer, error) {
 	t.metrics, t.served = m, served
 	m.learningRate.Set(float64(t.models[0].LR()))
 	store, err := NewCheckpointStore(cfg.CheckpointDir, cfg.CheckpointKeep, WithLogger(t.log))
+	if store != nil {
+		store.PinRetention = cfg.PinRetention
+	}
 	if err != nil {
 		return nil, err
 	}

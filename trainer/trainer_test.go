@@ -373,7 +373,7 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 	if pos.Label != "positive" || neg.Label != "negative" || !(pos.Effect > 0.1 && neg.Effect < -0.1) {
 		t.Fatalf("scores do not reflect the learned feature: pos %+v neg %+v", pos, neg)
 	}
-	if d := pos.Reward - (pos.Effect - 0.5*pos.Std); d > 1e-9 || d < -1e-9 || pos.ModelVersion == "" || pos.ModelVersion == "learn-v0" {
+	if d := pos.Reward - (pos.Effect - 0.5*pos.ModelStd); d > 1e-9 || d < -1e-9 || pos.ModelVersion == "" || pos.ModelVersion == "learn-v0" {
 		t.Fatalf("reward/model version wrong: %+v", pos)
 	}
 	resp, err := http.Post("http://"+httpAddr+"/v1/score", "application/json", strings.NewReader(`{"kind":"skill"}`))

@@ -55,7 +55,16 @@ func derive(ctx context.Context, sims []sim.Config, progress io.Writer) ([]*sche
 		return nil, fmt.Errorf("close producer: %w", err)
 	}
 	fmt.Fprintf(progress, "  simulated %d campaigns, %d events; deriving samples\n", len(sims), events)
-	proc, err := processors.New(processors.Config{Brokers: brokers, Group: "critic-offline", StopWhenCaughtUp: true},
+	// The whole log is written before the processor starts: each topic is
+	// read at its own pace, so far more cells are open at once, and far
+	// more events wait for their cell_started or their attempts, than in a
+	// live stream. The per-project bounds that protect a shared processor
+	// (1 000 open cells, 10 000 pending events per partition, 2 min) would
+	// dead-letter events of a 100-campaign backlog, and the bench would
+	// train on a set that depends on the machine's speed; here one trusted
+	// project has the whole machine.
+	proc, err := processors.New(processors.Config{Brokers: brokers, Group: "critic-offline", StopWhenCaughtUp: true,
+		PendingMax: 1 << 24, PendingTimeout: time.Hour, MaxOpenCells: 1 << 24, MaxStateBytes: 1 << 40},
 		processors.WithLogger(zerolog.Nop()))
 	if err != nil {
 		return nil, err
@@ -67,16 +76,33 @@ func derive(ctx context.Context, sims []sim.Config, progress io.Writer) ([]*sche
 		return nil, err
 	}
 	byID := map[string]*schemas.LabeledSample{}
+	dead := 0
+	why := map[string]int{}
 	err = kafkax.ReadToEnd(ctx, brokers, func(m kafka.Message) error {
+		if m.Topic == schemas.TopicDLQ {
+			dead++
+			if ev, err := schemas.Decode(m.Value); err == nil {
+				if r, ok := ev.(*schemas.Rejected); ok {
+					why[r.Stage+"/"+r.ReasonCode]++
+				}
+			}
+			return nil
+		}
 		if s, err := schemas.Decode(m.Value); err == nil {
 			if s, ok := s.(*schemas.LabeledSample); ok {
 				byID[s.SampleID] = s
 			}
 		}
 		return nil
-	}, schemas.TopicSamples)
+	}, schemas.TopicSamples, schemas.TopicDLQ)
 	if err != nil {
 		return nil, err
+	}
+	if dead > 0 {
+		// The simulator's events are all valid: a dead letter means the
+		// derivation lost samples, and the figures would rest on a set that
+		// depends on the machine's load.
+		return nil, fmt.Errorf("%w: the processor dead-lettered %d of the simulated events (by stage/reason: %v)", ErrNoSamples, dead, why)
 	}
 	out := make([]*schemas.LabeledSample, 0, len(byID))
 	for _, s := range byID {

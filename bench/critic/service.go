@@ -471,6 +471,10 @@ func scoreAll(ctx context.Context, c *http.Client, url, token string, rounds []r
 	return out, firstErr
 }
 
+// GoalServiceShare: through the service, picking by the default reward
+// gains at least this share of the oracle's gain (issue 36).
+const GoalServiceShare = 0.6
+
 // writeServiceSummary prints an arm's figures against the loop's goal.
 func writeServiceSummary(w io.Writer, a *ServiceArm) {
 	for _, x := range []struct {
@@ -483,8 +487,12 @@ func writeServiceSummary(w io.Writer, a *ServiceArm) {
 	}
 	p := a.ByEffect
 	if a.TextSignal {
-		fmt.Fprintf(w, "service loop goal (text on, pick by effect): gain ≥ %.0f pp with p < %.2f over ≥ %d cells: %s (%d /v1/score requests to %s)\n\n",
+		fmt.Fprintf(w, "service loop goal (text on, pick by effect): gain ≥ %.0f pp with p < %.2f over ≥ %d cells: %s (%d /v1/score requests to %s)\n",
 			GoalLoopGainPP, GoalLoopP, GoalLoopCells, map[bool]string{true: "met", false: "NOT met"}[p.GoalMet()], a.Requests, a.ModelVersion)
+		r := a.ByReward
+		met := r.Gain.Point >= GoalServiceShare*r.Oracle && r.Gain.Lo > 0 && !a.Warming
+		fmt.Fprintf(w, "service loop goal (text on, pick by the default reward, a pinned version): gain %+.2f pp ≥ %.0f %% of the oracle's %+.2f pp (%.0f %%), warming cleared (%v): %s\n\n",
+			r.Gain.Point, 100*GoalServiceShare, r.Oracle, 100*share(r.Gain.Point, r.Oracle), !a.Warming, map[bool]string{true: "met", false: "NOT met"}[met])
 	} else {
 		fmt.Fprintf(w, "service loop goal (text off, the control): no gain: %s (%d /v1/score requests to %s)\n\n",
 			map[bool]string{true: "met", false: "NOT met (the control shows a gain)"}[!(p.Gain.Lo > 0)], a.Requests, a.ModelVersion)

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/harnessflow/harnessflow/bench/critic"
+	"github.com/harnessflow/harnessflow/producers/sim"
+	"github.com/harnessflow/harnessflow/trainer"
 )
 
 func init() {
@@ -38,10 +40,15 @@ func (fl *criticFlags) add(f *pflag.FlagSet, cfg *critic.Config, seeds string, s
 	f.IntVar(&cfg.Epochs, "epochs", epochs, "shuffled epochs over the training rows")
 	f.IntVar(&cfg.BatchSize, "batch-size", 256, "training batch")
 	f.IntVar(&cfg.Model.Buckets, "buckets", 1<<18, "hashed n-gram buckets")
-	f.IntVar(&cfg.Model.Dim, "dim", 64, "embedding width")
-	f.IntVar(&cfg.Model.Hidden, "hidden", 64, "hidden layer width")
+	f.IntVar(&cfg.Model.Dim, "dim", 0, "embedding width (0: the structure's default, train --dim)")
+	f.IntVar(&cfg.Model.Hidden, "hidden", 0, "hidden layer width (0: the structure's default, train --hidden)")
 	f.Float32Var(&cfg.Model.WeightDecay, "weight-decay", 0.0001, "AdamW decoupled weight decay")
 	f.Uint64Var(&cfg.Model.Seed, "model-seed", 0, "model initialisation and shuffle seed")
+	f.Float64Var(&cfg.ContentShare, "content-share", sim.DefaultContentShare, "share of an update's effect variance its content sets in the simulated campaigns (a hand-set assumption: docs/metrics.md)")
+	f.StringVar(&cfg.Model.Structure, "structure", trainer.StructureAdditive, "model structure: additive or mlp (train --structure)")
+	f.IntVar(&cfg.Model.Rank, "rank", trainer.DefaultRank, "factors of the additive structure's text part (train --rank)")
+	f.Float64Var(&cfg.Model.RoundWeight, "round-weight", trainer.DefaultRoundWeight, "weight of the loss's within-round term (the candidates of one round against each other, free of their shared noise) beside the pooled NLL; negative turns it off")
+	f.Float32Var(&cfg.Model.TextLRScale, "text-lr-scale", trainer.DefaultTextLRScale, "learning-rate multiplier of the additive structure's text and scale tables")
 	f.BoolVar(&cfg.Model.Crosses, "crosses", false, "add update-word × benchmark/agent/kind features (train --crosses)")
 	f.BoolVar(&cfg.Model.Context, "context-features", false, "add the cell and the evidence pass rate as features (train --context-features)")
 	f.IntVar(&cfg.Eval.Resamples, "resamples", 1000, "bootstrap resamples")

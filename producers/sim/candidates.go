@@ -68,6 +68,7 @@ func Candidates(cfg Config, bm, agent, evolver string, cycle, k int) ([]Candidat
 	}
 	cellID := cfg.CellID(bm, agent, evolver)
 	meanInc := meanIncrement(cfg, bm, agent)
+	contentSD, noiseSD := spreads(cfg.ContentShare)
 	pool := skillPools[bm]
 	spec, op := pool[(cycle-1)%len(pool)], schemas.OpAdd
 	if cycle > len(pool) {
@@ -137,7 +138,8 @@ func TruthOf(cfg Config, bm, agent, evolver string, cycle int) (UpdateTruth, err
 	if rounds := cfg.Rounds(); cycle < 1 || cycle >= rounds {
 		return UpdateTruth{}, fmt.Errorf("%w: cycle %d: updates follow rounds 1..%d", ErrConfig, cycle, rounds-1)
 	}
-	d := drawUpdate(cfg.Seed, cfg.CellID(bm, agent, evolver), cycle, bm, agent, evolver, cfg.textSignal())
+	d := drawUpdate(cfg.Seed, cfg.CellID(bm, agent, evolver), cycle, bm, agent, evolver, cfg.textSignal(), cfg.ContentShare)
 	inc := meanIncrement(cfg, bm, agent)
+	contentSD, _ := spreads(cfg.ContentShare)
 	return UpdateTruth{Quality: d.quality, ContentLift: inc * contentSD * d.quality, Lift: inc * d.mult}, nil
 }

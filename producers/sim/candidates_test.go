@@ -128,3 +128,47 @@ func TestTruthOfMatchesTheRun(t *testing.T) {
 		t.Errorf("unknown agent: %v, want ErrUnknownModel", err)
 	}
 }
+
+// Config.ContentShare sets how much of a lift the content explains: the
+// correlation of quality and lift is its square root, and TruthOf's
+// content lift follows it too.
+func TestContentShare(t *testing.T) {
+	for _, share := range []float64{0.3, 0.7} {
+		cfg := Config{Campaign: "c", Seed: 5, ContentShare: share}
+		var n, sq, sl, sqq, sll, sql float64
+		for _, bm := range DefaultBenchmarks {
+			for _, agent := range DefaultAgents {
+				for _, ev := range DefaultEvolvers {
+					cs, err := Candidates(cfg, bm, agent, ev, 1, 8)
+					if err != nil {
+						t.Fatal(err)
+					}
+					mi := meanIncrement(cfg, bm, agent)
+					for _, c := range cs {
+						rel := c.Lift / mi
+						n++
+						sq += c.Quality
+						sl += rel
+						sqq += c.Quality * c.Quality
+						sll += rel * rel
+						sql += c.Quality * rel
+					}
+					u, err := TruthOf(cfg, bm, agent, ev, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := mi * updateNoise * math.Sqrt(share) * u.Quality; math.Abs(u.ContentLift-want) > 1e-12 {
+						t.Fatalf("share %v: content lift %v, want %v", share, u.ContentLift, want)
+					}
+				}
+			}
+		}
+		corr := (sql/n - sq/n*sl/n) / math.Sqrt((sqq/n-sq*sq/n/n)*(sll/n-sl*sl/n/n))
+		if math.Abs(corr-math.Sqrt(share)) > 0.06 {
+			t.Errorf("share %v: corr(quality, lift) %.3f over %.0f candidates, want %.3f ± 0.06", share, corr, n, math.Sqrt(share))
+		}
+	}
+	if err := (&Config{ContentShare: 1.5}).Validate(); err == nil {
+		t.Error("content share 1.5 accepted")
+	}
+}

@@ -88,11 +88,17 @@ var focusEffect = map[string][numFocus]float64{
 // Spread of an update's relative effect (its increment over the mean
 // increment, minus 1): contentSD from the standardised latent quality,
 // noiseSD from the round; together updateNoise (0.9), as the independent
-// draw had. The content's share of the variance is contentSD²/updateNoise²
-// (0.49).
-const contentSD = 0.63
+// draw had. The content's share of the variance, contentSD²/updateNoise²,
+// is Config.ContentShare (DefaultContentShare: contentSD 0.63).
+const DefaultContentShare = 0.49
 
-var noiseSD = math.Sqrt(updateNoise*updateNoise - contentSD*contentSD)
+// contentSD is the default content share's spread (tests).
+var contentSD, _ = spreads(DefaultContentShare)
+
+// spreads returns contentSD and noiseSD for a content share.
+func spreads(share float64) (contentSD, noiseSD float64) {
+	return updateNoise * math.Sqrt(share), updateNoise * math.Sqrt(1-share)
+}
 
 // binomial parameters of the content counts: n trials, base probability.
 const (
@@ -219,7 +225,8 @@ type updateDraw struct {
 
 // drawUpdate draws an update's content and effect from streams of its own
 // (so the text and the effect never consume the tasks' draws).
-func drawUpdate(seed int64, cellID string, cycle int, bm, agent, evolver string, textSignal bool) updateDraw {
+func drawUpdate(seed int64, cellID string, cycle int, bm, agent, evolver string, textSignal bool, share float64) updateDraw {
+	contentSD, noiseSD := spreads(share)
 	cyc := strconv.Itoa(cycle)
 	r := rng(seed, "content", cellID, cyc)
 	d := updateDraw{truth: drawContent(r, evolver)}

@@ -70,6 +70,13 @@ type Config struct {
 	// campaign to test whether a model trained on ordinary wording
 	// generalises. Default: false.
 	HeldOutWording bool
+	// ContentShare is the share of the variance of an update's relative
+	// effect that its content sets (content.go; the rest is the round's
+	// noise no text shows), in (0, 1). A hand-set assumption, not a
+	// measured one (docs/metrics.md, "The simulator's assumptions"), so
+	// bench critic-offline reports its goals at several. Default:
+	// DefaultContentShare.
+	ContentShare float64
 }
 
 // Bool returns a pointer to v, for Config.TextSignal.
@@ -126,12 +133,18 @@ func (c *Config) setDefaults() {
 	if c.TextSignal == nil {
 		c.TextSignal = Bool(true)
 	}
+	if c.ContentShare == 0 {
+		c.ContentShare = DefaultContentShare
+	}
 }
 
 // Validate reports every problem of the configuration (after defaults), joined;
 // each wraps ErrConfig, ErrUnknownModel or ErrUnknownBenchmark.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.ContentShare != 0 && !(c.ContentShare > 0 && c.ContentShare < 1) { // 0: the default
+		errs = append(errs, fmt.Errorf("%w: content share %v: want (0, 1)", ErrConfig, c.ContentShare))
+	}
 	if c.Scale < 1 {
 		errs = append(errs, fmt.Errorf("%w: scale %d: must be at least 1", ErrConfig, c.Scale))
 	}
@@ -370,7 +383,7 @@ func (g *gen) cell(bm, agent, evolver string, tasks []string) error {
 		if evolver == "" || cycle == rounds {
 			continue
 		}
-		d := drawUpdate(cfg.Seed, cellID, cycle, bm, agent, evolver, cfg.textSignal())
+		d := drawUpdate(cfg.Seed, cellID, cycle, bm, agent, evolver, cfg.textSignal(), cfg.ContentShare)
 		gain += meanInc * d.mult
 		if g.trace != nil {
 			g.trace(updateTrace{cellID: cellID, bm: bm, agent: agent, evolver: evolver, cycle: cycle, draw: d, meanInc: meanInc})

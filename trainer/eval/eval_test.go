@@ -384,7 +384,7 @@ func TestTruthBeatsBaselines(t *testing.T) {
 	if rep.Verdict != VerdictBeats {
 		t.Errorf("verdict %q: %+v", rep.Verdict, rep.Comparisons)
 	}
-	if len(rep.Comparisons) != 4 {
+	if len(rep.Comparisons) != 5 {
 		t.Fatalf("comparisons %+v", rep.Comparisons)
 	}
 	for _, c := range rep.Comparisons {
@@ -392,7 +392,7 @@ func TestTruthBeatsBaselines(t *testing.T) {
 			t.Errorf("%s vs %s: %+v", c.Metric, c.Baseline, c)
 		}
 	}
-	if rep.Model.RMSE.Point != 0 || rep.Model.Spearman.Point != 1 || rep.Model.MacroF1.Point != 1 {
+	if rep.Model.RMSE.Point != 0 || rep.Model.Spearman.Point != 1 || rep.Model.MacroF1.Point != 1 || rep.Model.Pairs.Point != 1 {
 		t.Errorf("truth's metrics %+v", rep.Model)
 	}
 	// The evidence regression finds the planted slope: it beats the median.
@@ -410,6 +410,57 @@ func TestTruthBeatsBaselines(t *testing.T) {
 	}
 	if !math.IsNaN(med.MacroF1.Point) {
 		t.Errorf("median baseline has a macro-F1: %+v", med.MacroF1)
+	}
+}
+
+// The verdict is the use-matched one: a critic that orders the updates
+// of each round right beats its baselines even when its levels are far
+// off (it is used to rank, not to forecast), and one that forecasts the
+// levels as well as the context regression but orders nothing within a
+// round does not.
+func TestVerdictRestsOnWithinRoundRanking(t *testing.T) {
+	_, held, bs := splitWorld(t)
+	var ctx Predictions
+	for _, b := range bs {
+		if b.Name == BaselineContext {
+			ctx = b
+		}
+	}
+	ranker := Predictions{Name: "ranker", Effect: true, Preds: make([]Prediction, len(held))}
+	for i, s := range held {
+		// The truth, shifted by a large amount per round: every pooled
+		// metric suffers, the order within each round is exact.
+		shift := float64(s.Cycle%3) - 1 + 0.5*float64(s.Seed%2)
+		ranker.Preds[i] = Prediction{Mean: s.Effect + shift, Std: 0.1}
+	}
+	rep, err := Evaluate(Config{Resamples: 300, Seed: 1}, held, ranker, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != VerdictBeats || rep.Model.Pairs.Point != 1 {
+		t.Errorf("exact within-round order, off levels: verdict %q, pairwise %+v; comparisons %+v", rep.Verdict, rep.Model.Pairs, rep.Comparisons)
+	}
+	for _, c := range rep.Comparisons {
+		if c.Metric == MetricRMSE && c.Verdict == VerdictBeats {
+			t.Errorf("the shifted truth beats on RMSE: %+v", c)
+		}
+	}
+	// Each round's rows forecast alike: the round's mean effect (a perfect
+	// pooled forecast of every level, no order within a round at all).
+	sum, n := map[string]float64{}, map[string]float64{}
+	for _, s := range held {
+		sum[RoundOf(s)] += s.Effect
+		n[RoundOf(s)]++
+	}
+	flat := Predictions{Name: "flat", Effect: true, Preds: make([]Prediction, len(held))}
+	for i, s := range held {
+		flat.Preds[i] = Prediction{Mean: sum[RoundOf(s)] / n[RoundOf(s)], Std: 0.1}
+	}
+	if rep, err = Evaluate(Config{Resamples: 300, Seed: 1}, held, flat, []Predictions{ctx}); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict == VerdictBeats || rep.Model.Pairs.Point != 0.5 {
+		t.Errorf("no within-round order: verdict %q, pairwise %+v; comparisons %+v", rep.Verdict, rep.Model.Pairs, rep.Comparisons)
 	}
 }
 

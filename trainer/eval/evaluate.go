@@ -27,6 +27,8 @@ const (
 	MetricSpearman = "spearman"
 	MetricNLL      = "nll"
 	MetricMacroF1  = "macro_f1"
+	// MetricPairs is the within-round pairwise accuracy (PairAccuracy).
+	MetricPairs = "pairwise"
 )
 
 // Config sets up Evaluate. The zero value is valid.
@@ -103,8 +105,9 @@ type Row struct {
 	Effect, Label bool
 	// RMSE of the mean; Spearman ρ of mean vs effect; Cover1 and Cover2 the
 	// fraction of effects within 1σ and 2σ of the mean; NLL the mean Gaussian
-	// negative log-likelihood; MacroF1 of the argmax label.
-	RMSE, Spearman, Cover1, Cover2, NLL, MacroF1 Interval
+	// negative log-likelihood; MacroF1 of the argmax label; Pairs the
+	// within-round pairwise accuracy of the mean (MetricPairs).
+	RMSE, Spearman, Cover1, Cover2, NLL, MacroF1, Pairs Interval
 }
 
 // Comparison is the paired difference model − best baseline on one metric.
@@ -137,10 +140,53 @@ type Report struct {
 	// Comparisons are the model's paired differences, for the metrics it
 	// takes part in and some baseline does.
 	Comparisons []Comparison
-	// Verdict is VerdictBeats when every comparison's verdict is, else
-	// VerdictNoSignal; Note says why when the groups were too few.
+	// Verdict is the use-matched one: the critic is asked to rank the
+	// candidate updates of one round, so it is VerdictBeats when the
+	// within-round pairwise accuracy's comparison is (its interval above
+	// the best baseline's, the context regression's on any data where the
+	// context explains something). Without a round of two rows (no pair to
+	// rank), it falls back to every comparison's verdict being
+	// VerdictBeats. Note says why when the groups were too few.
 	Verdict string
 	Note    string
+}
+
+// RoundOf is a held-out row's round: the rows of one (project, campaign,
+// seed, agent, benchmark, cycle), the updates of different evolvers
+// written after the same round of the same tasks, which an evolver's
+// critic is asked to choose among.
+func RoundOf(s *schemas.LabeledSample) string { return trainer.RoundKey(s) }
+
+// pairCounts counts the within-round pairs of a predictor (the pairwise
+// accuracy, MetricPairs, is right/n): over
+// the pairs of rows of one round (RoundOf) whose effects differ, the share
+// it orders as their effects are, a tie in its means counting one half.
+// Unlike a pooled metric it is blind to what every candidate of a round
+// shares (the round's level and noise), which is all a ranking uses.
+// rows are the row indices to count over.
+func pairCounts(rows []int, round []int, y []float64, mean func(i int) float64) (right, n float64) {
+	byRound := map[int][]int{}
+	for _, i := range rows {
+		byRound[round[i]] = append(byRound[round[i]], i)
+	}
+	for _, rs := range byRound {
+		for a := 0; a < len(rs); a++ {
+			for b := a + 1; b < len(rs); b++ {
+				i, j := rs[a], rs[b]
+				if y[i] == y[j] {
+					continue
+				}
+				n++
+				switch d := (mean(i) - mean(j)) * (y[i] - y[j]); {
+				case d > 0:
+					right++
+				case d == 0:
+					right += 0.5
+				}
+			}
+		}
+	}
+	return right, n
 }
 
 // metric ids in the per-resample arrays.
@@ -151,6 +197,7 @@ const (
 	mCover2
 	mNLL
 	mF1
+	mPairs
 	nMetrics
 )
 
@@ -266,6 +313,54 @@ func Evaluate(cfg Config, rows []*schemas.LabeledSample, model Predictions, base
 	point := make([][nMetrics]float64, len(all))
 	sc.score(idx, point)
 
+	// Within-round pairs: counted per group (a round lies in one group
+	// under every group key that includes campaign and seed; a key that
+	// splits rounds counts only the pairs within its groups), so that a
+	// resample's figure is a sum over its drawn groups.
+	roundID := map[string]int{}
+	round := make([]int, len(rows))
+	for i, s := range rows {
+		k := RoundOf(s)
+		id, ok := roundID[k]
+		if !ok {
+			id = len(roundID)
+			roundID[k] = id
+		}
+		round[i] = id
+	}
+	type pc struct{ right, n float64 }
+	pairs := make([][]pc, len(groups)) // [group][predictor]
+	for g, gr := range groups {
+		pairs[g] = make([]pc, len(all))
+		for p, pr := range all {
+			if pr.Effect {
+				r, n := pairCounts(gr, round, sc.y, func(i int) float64 { return pr.Preds[i].Mean })
+				pairs[g][p] = pc{r, n}
+			}
+		}
+	}
+	pairAcc := func(drawn []int, out [][nMetrics]float64) {
+		for p, pr := range all {
+			out[p][mPairs] = math.NaN()
+			if !pr.Effect {
+				continue
+			}
+			var r, n float64
+			for _, g := range drawn {
+				r += pairs[g][p].right
+				n += pairs[g][p].n
+			}
+			if n > 0 {
+				out[p][mPairs] = r / n
+			}
+		}
+	}
+	every := make([]int, len(groups))
+	for g := range every {
+		every[g] = g
+	}
+	pairAcc(every, point)
+
 	// Best baselines by point estimate.
 	type cmp struct {
 		metric string
@@ -296,19 +391,23 @@ func Evaluate(cfg Config, rows []*schemas.LabeledSample, model Predictions, base
 	add(MetricSpearman, mSpearman, false, true)
 	add(MetricNLL, mNLL, true, true)
 	add(MetricMacroF1, mF1, false, false)
+	add(MetricPairs, mPairs, false, true)
 
 	// Bootstrap over groups.
 	draws := make([][nMetrics][]float64, len(all))
 	diffs := make([][]float64, len(cmps))
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	cur := make([][nMetrics]float64, len(all))
-	var bidx []int
+	var bidx, drawn []int
 	for b := 0; b < cfg.Resamples; b++ {
-		bidx = bidx[:0]
+		bidx, drawn = bidx[:0], drawn[:0]
 		for range groups {
-			bidx = append(bidx, groups[r.IntN(len(groups))]...)
+			g := r.IntN(len(groups))
+			drawn = append(drawn, g)
+			bidx = append(bidx, groups[g]...)
 		}
 		sc.score(bidx, cur)
+		pairAcc(drawn, cur)
 		for p := range all {
 			for m := 0; m < nMetrics; m++ {
 				draws[p][m] = append(draws[p][m], cur[p][m])
@@ -323,7 +422,7 @@ func Evaluate(cfg Config, rows []*schemas.LabeledSample, model Predictions, base
 		iv := func(m int) Interval { return interval(point[p][m], draws[p][m], cfg.Level) }
 		return Row{Name: all[p].Name, Effect: all[p].Effect, Label: all[p].Label,
 			RMSE: iv(mRMSE), Spearman: iv(mSpearman), Cover1: iv(mCover1), Cover2: iv(mCover2),
-			NLL: iv(mNLL), MacroF1: iv(mF1)}
+			NLL: iv(mNLL), MacroF1: iv(mF1), Pairs: iv(mPairs)}
 	}
 	rep := &Report{Rows: len(rows), Groups: len(groups), Key: cfg.Key, Resamples: cfg.Resamples,
 		Level: cfg.Level, Seed: cfg.Seed, Model: rowOf(0), Verdict: VerdictNoSignal}
@@ -335,6 +434,7 @@ func Evaluate(cfg Config, rows []*schemas.LabeledSample, model Predictions, base
 		rep.Note = fmt.Sprintf("%d held-out groups (%s), fewer than %d: no verdict", len(groups), cfg.Key, cfg.MinGroups)
 	}
 	beatsAll := enough && len(cmps) > 0
+	ranking := ""
 	for k, c := range cmps {
 		d := interval(point[0][c.m]-point[c.base][c.m], diffs[k], cfg.Level)
 		v := VerdictNoSignal
@@ -343,9 +443,15 @@ func Evaluate(cfg Config, rows []*schemas.LabeledSample, model Predictions, base
 		} else {
 			beatsAll = false
 		}
+		if c.m == mPairs && !math.IsNaN(d.Point) {
+			ranking = v
+		}
 		rep.Comparisons = append(rep.Comparisons, Comparison{Metric: c.metric, Baseline: all[c.base].Name, Diff: d, Verdict: v})
 	}
-	if beatsAll {
+	switch {
+	case ranking != "":
+		rep.Verdict = ranking
+	case beatsAll:
 		rep.Verdict = VerdictBeats
 	}
 	return rep, nil

@@ -25,10 +25,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "predictor\trmse\tspearman\tcover 1σ (0.683)\tcover 2σ (0.954)\tnll\tmacro-F1")
+	fmt.Fprintln(tw, "predictor\trmse\tspearman\tcover 1σ (0.683)\tcover 2σ (0.954)\tnll\tmacro-F1\tpairwise (within round)")
 	for _, row := range append([]Row{r.Model}, r.Baselines...) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Name, fmtIv(row.RMSE), fmtIv(row.Spearman),
-			fmtIv(row.Cover1), fmtIv(row.Cover2), fmtIv(row.NLL), fmtIv(row.MacroF1))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Name, fmtIv(row.RMSE), fmtIv(row.Spearman),
+			fmtIv(row.Cover1), fmtIv(row.Cover2), fmtIv(row.NLL), fmtIv(row.MacroF1), fmtIv(row.Pairs))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

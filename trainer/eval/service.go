@@ -64,6 +64,7 @@ func ServiceResult(rep *Report) *trainer.EvalResult {
 		}{
 			{trainer.EvalRMSE, row.RMSE}, {trainer.EvalSpearman, row.Spearman}, {trainer.EvalNLL, row.NLL},
 			{trainer.EvalMacroF1, row.MacroF1}, {trainer.EvalCover1, row.Cover1}, {trainer.EvalCover2, row.Cover2},
+			{trainer.EvalPairs, row.Pairs},
 		} {
 			if math.IsNaN(m.iv.Point) { // does not apply
 				continue
