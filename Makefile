@@ -47,16 +47,21 @@ bench-produce: build
 bench: deps build
 	./$(BIN) bench e2e
 
-# The critic's closed loop and its offline evaluation (issue 27): the
-# picked-minus-random lift of K candidate updates per round, text signal on
-# and off, then the model against its baselines on held-out groups, then
-# the loop through the up stack's trainer and /v1/score; output in
-# bench/results/critic.txt (bench/README.md, "The critic"). About 40 min on
-# 2 cores.
+# The critic (issues 27, 36): the closed loop (picked-minus-random lift and
+# within-round pairwise accuracy of K candidate updates per round, text
+# signal on and off), the model against its baselines on held-out groups at
+# 5-task rounds and at 25-task rounds with the simulator's content share at
+# 0.3, 0.49 and 0.7, then the loop through the up stack's trainer and
+# /v1/score; output in bench/results/critic.txt (bench/README.md, "The
+# critic"). About 75 min on 2 cores.
 bench-critic: build
 	mkdir -p bench/results
 	bash -o pipefail -c './$(BIN) bench critic $(CRITIC_FLAGS) | tee bench/results/critic.txt'
 	bash -o pipefail -c './$(BIN) bench critic-offline $(CRITIC_FLAGS) | tee -a bench/results/critic.txt'
+	for share in 0.3 0.49 0.7; do \
+		echo "# bench critic-offline --scale 50 --sim-batch-size 25 --content-share $$share" | tee -a bench/results/critic.txt; \
+		bash -o pipefail -c "./$(BIN) bench critic-offline --scale 50 --sim-batch-size 25 --content-share $$share $(CRITIC_FLAGS) | tee -a bench/results/critic.txt" || exit 1; \
+	done
 	bash -o pipefail -c './$(BIN) bench critic-service | tee -a bench/results/critic.txt'
 
 # The fault campaign: kills, restarts, outages, Kafka errors and malformed

@@ -76,8 +76,8 @@ const (
 	DefaultRank = 4
 	// DefaultRoundWeight is ModelConfig.RoundWeight's default, and
 	// DefaultTextLRScale ModelConfig.TextLRScale's: chosen on bench
-	// critic-offline's 25-task rounds, seeds 1..100 (bench/README.md).
-	DefaultRoundWeight = 3
+	// critic-offline's 25-task rounds (bench/README.md, "The critic").
+	DefaultRoundWeight = 30
 	DefaultTextLRScale = 3
 	// baseRows and scaleRows are the hashed rows of the base and scale
 	// tables (a context has tens to hundreds of cells).
