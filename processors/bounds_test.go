@@ -269,13 +269,18 @@ func TestPendingFairByProject(t *testing.T) {
 	}
 }
 
-// TestDeadLetterIDIncludesProject: the dead letters of two projects at the
-// same coordinates (a forged or colliding id) get different ids, each
-// deterministic; the default project keeps the coordinates-only id.
+// TestDeadLetterIDIncludesProject: the dead letters of two projects' events
+// with the same event id at the same coordinates (a forged or colliding id)
+// get different ids, each deterministic; a message that did not decode
+// keeps, in the default project, the coordinates-only id of earlier
+// versions.
 func TestDeadLetterIDIncludesProject(t *testing.T) {
 	id := func(project string) string {
 		t.Helper()
-		ev := attemptOf(project, "c", "t", boundsT0)
+		var ev schemas.Event
+		if project != "" {
+			ev = attemptOf(project, "c", "t", boundsT0)
+		}
 		m := &inMsg{topic: schemas.TopicAttempts, partition: 3, offset: 42, ts: boundsT0, ev: ev, value: []byte("x")}
 		msg, err := deadLetter(m, reject(schemas.StageSemantic, CodeUnknownCell, "test"), 0)
 		if err != nil {
@@ -291,10 +296,13 @@ func TestDeadLetterIDIncludesProject(t *testing.T) {
 	if a != id("proj-a") {
 		t.Error("the dead-letter id is not deterministic")
 	}
-	def := id(schemas.DefaultProject)
+	if def := id(schemas.DefaultProject); def == a || def == b {
+		t.Errorf("the default project's dead-letter id %s is another project's", def)
+	}
+	undecoded := id("")
 	legacy := schemas.DeriveEventID(&schemas.Rejected{SourceTopic: schemas.TopicAttempts, Partition: 3, Offset: 42})
-	if def != legacy || def == a {
-		t.Errorf("default project's dead-letter id %s, want the coordinates-only id %s (and apart from proj-a's %s)", def, legacy, a)
+	if undecoded != legacy || undecoded == a {
+		t.Errorf("an undecoded message's dead-letter id %s, want the coordinates-only id %s (and apart from proj-a's %s)", undecoded, legacy, a)
 	}
 }
 

@@ -198,9 +198,14 @@ func TestBadInputCorpus(t *testing.T) {
 		if match.Message == "" || (b.msgHas != "" && !strings.Contains(match.Message, b.msgHas)) {
 			t.Errorf("%s: message %q, want it to contain %q", b.name, match.Message, b.msgHas)
 		}
+		// About an event: its id, stage and code; about bytes that did
+		// not decode: the coordinates.
 		wantID := deadLetterID(match.Project, match.SourceTopic, int(match.Partition), match.Offset)
 		if wantID == "" {
 			wantID = schemas.DeriveEventID(match)
+		}
+		if ev, err := schemas.Decode(b.value); err == nil && ev.Header().EventID != "" && match.Stage != schemas.StageDecode {
+			wantID = eventDeadLetterID(match.Project, ev.Header().EventID, match.Stage, match.ReasonCode)
 		}
 		if match.EventID != wantID {
 			t.Errorf("%s: event id %q is not derived", b.name, match.EventID)

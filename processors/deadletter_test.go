@@ -200,3 +200,68 @@ func checkDeadLetter(t *testing.T, code string, msgs []kafka.Message, prefix str
 		t.Errorf("%s: dead letter %s/%s %q, want the code and a message starting %q", code, r.Stage, r.ReasonCode, r.Message, prefix)
 	}
 }
+
+// TestDeadLetterIDIsTheEvents: an event sent twice (a retried OTLP export:
+// the same event id in two messages) for a cell that never starts is
+// dead-lettered twice, at two offsets, with one dead-letter id, so
+// rejected_events (a ReplacingMergeTree on project and event_id) keeps
+// one row of it; another event's, another reason's and two undecodable
+// messages' dead letters keep ids of their own.
+func TestDeadLetterIDIsTheEvents(t *testing.T) {
+	l := newLocal(t, Config{PendingTimeout: time.Minute})
+	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	attempt := func(id string) []byte {
+		a := &schemas.TaskAttempt{Envelope: schemas.Envelope{EventID: id, EventTime: t0, Project: "p", Source: "ingest:otlp"},
+			CellID: "never-started", TaskID: "t", Cycle: 1, Attempt: 1, Status: schemas.StatusOK, Score: 1, Success: true}
+		b, err := schemas.Encode(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var derived []kafka.Message
+	now := time.Now()
+	feed := func(b []byte, at time.Time) {
+		l.feed(schemas.TopicAttempts, kafka.Message{Key: []byte("never-started"), Value: b, Time: at}, now, &derived)
+	}
+	feed(attempt("span-1"), t0)
+	feed(attempt("span-1"), t0.Add(time.Second)) // the retry
+	feed(attempt("span-2"), t0.Add(2*time.Second))
+	feed([]byte("not avro"), t0.Add(3*time.Second))
+	feed([]byte("not avro"), t0.Add(4*time.Second))
+	feed(attempt("tick"), t0.Add(5*time.Minute)) // the log clock passes the timeout
+	// "reason_code event_id" -> the offsets dead-lettered under it
+	ids := map[string][]int64{}
+	for _, m := range derived {
+		ev, err := schemas.Decode(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := ev.(*schemas.Rejected)
+		key := r.ReasonCode + " " + r.EventID
+		ids[key] = append(ids[key], r.Offset)
+	}
+	if len(derived) != 5 || len(ids) != 4 {
+		t.Fatalf("%d dead letters with ids %v, want 5 with 4 ids (span-1's two share one)", len(derived), ids)
+	}
+	span1 := CodeUnknownCell + " " + eventDeadLetterID("p", "span-1", schemas.StageSemantic, CodeUnknownCell)
+	if offs := ids[span1]; len(offs) != 2 || offs[0] == offs[1] {
+		t.Errorf("span-1's dead letters %v, want %s at offsets 0 and 1", ids, span1)
+	}
+	malformed := 0
+	for k, offs := range ids {
+		if strings.HasPrefix(k, schemas.CodeMalformed+" ") {
+			malformed++
+		}
+		if k != span1 && len(offs) != 1 {
+			t.Errorf("%s: %d dead letters, want 1", k, len(offs))
+		}
+	}
+	if malformed != 2 {
+		t.Errorf("dead letters %v, want two malformed ones with ids of their own (their coordinates)", ids)
+	}
+	if eventDeadLetterID("p", "span-1", schemas.StageSemantic, CodeUnknownVersion) == eventDeadLetterID("p", "span-1", schemas.StageSemantic, CodeUnknownCell) ||
+		eventDeadLetterID("q", "span-1", schemas.StageSemantic, CodeUnknownCell) == eventDeadLetterID("p", "span-1", schemas.StageSemantic, CodeUnknownCell) {
+		t.Error("another reason code or project gives the same dead-letter id")
+	}
+}

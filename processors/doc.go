@@ -69,10 +69,14 @@
 // is at its end.
 //
 // Validation, in stages, each rejection a schemas.Rejected in hf.dlq (key:
-// source topic; event_id: derived from the project (where the event
-// decoded; none for schemas.DefaultProject, whose ids are those of earlier
-// versions), source topic, partition and offset (deadLetterID), so one
-// project's dead letter never has another's id; event_time: the message timestamp; payload capped at
+// source topic; event_id: for an input that decoded to an event with an
+// id, derived from the project, that event id, the stage and the reason
+// code (eventDeadLetterID), so every copy of one event refused for one
+// reason (a retried export, a producer's resend, a replay) has one id and
+// rejected_events keeps one row of it; for an input that did not decode,
+// derived from the source topic, partition and offset (deadLetterID; the
+// coordinates-only id of earlier versions). Either way one project's dead
+// letter never has another's id; event_time: the message timestamp; payload capped at
 // Config.DLQPayloadCap; message: why, after the entity the input is about,
 // from the event or the payload's readable prefix, "update u-17 (cell c-3):
 // from_version ..." (schemas.NewRejected)):

@@ -144,10 +144,14 @@ func (s *sink) reset() {
 const deadLetterSource = "harnessflow-process"
 
 // deadLetter builds the dead letter of m: a schemas.Rejected whose event_id
-// is derived from its project and source coordinates (deadLetterID), so a
+// is derived from the event it is about, its stage and its reason code
+// (eventDeadLetterID) when the input decoded to an event with an id, else
+// from its project and source coordinates (deadLetterID). Either way a
 // replay or a redelivery yields the same id and no other project's id can
-// equal it, and whose event_time is the message's timestamp (never the wall
-// clock).
+// equal it; an event resent as a new message (a retried export, a
+// producer's resend) is dead-lettered with the same id again, so
+// rejected_events keeps one row of it. Its event_time is the message's
+// timestamp (never the wall clock).
 func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 	o := schemas.Origin{Topic: m.topic, Partition: int32(m.partition), Offset: m.offset, Time: m.ts, Payload: m.value}
 	if m.ev != nil {
@@ -160,16 +164,21 @@ func deadLetter(m *inMsg, r *rejection, payloadCap int) (kafka.Message, error) {
 		o.Project = o.Event.Header().Project
 	}
 	rec := schemas.NewRejected(deadLetterSource, r.stage, r.code, r.msg, o, payloadCap)
-	if id := deadLetterID(o.Project, m.topic, m.partition, m.offset); id != "" {
-		rec.EventID = id
+	switch {
+	case o.Event != nil && o.Event.Header().EventID != "":
+		rec.EventID = eventDeadLetterID(o.Project, o.Event.Header().EventID, r.stage, r.code)
+	default:
+		if id := deadLetterID(o.Project, m.topic, m.partition, m.offset); id != "" {
+			rec.EventID = id
+		}
+		if m.sub > 0 {
+			// Events of one batched hf.outcomes record share its coordinates.
+			rec.EventID = subID(rec.EventID, m.sub)
+		}
 	}
 	// The message's timestamp even when it is zero (NewRejected would take
 	// the wall clock). The id does not hash the time.
 	rec.EventTime = m.ts.UTC()
-	if m.sub > 0 {
-		// Events of one batched hf.outcomes record share its coordinates.
-		rec.EventID = subID(rec.EventID, m.sub)
-	}
 	b, err := schemas.Encode(rec)
 	if err != nil {
 		return kafka.Message{}, err
@@ -196,6 +205,26 @@ func deadLetterID(project, topic string, partition int, offset int64) string {
 	b = appendIDPart(b, topic)
 	b = appendIDPart(b, strconv.Itoa(partition))
 	b = appendIDPart(b, strconv.FormatInt(offset, 10))
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
+}
+
+// eventDeadLetterID is the event_id of the dead letter of the event with
+// id eventID of project, refused at stage with code: the hex of the first
+// 16 bytes of SHA-256 over the length-prefixed parts "rejected", project,
+// "event", eventID, stage, code. It hashes no coordinates, so every copy of
+// one event refused for one reason (a redelivery, a replay, the same event
+// sent twice) has one dead-letter id, and the ReplacingMergeTree
+// rejected_events keeps one row of it; the "event" part keeps it apart from
+// every deadLetterID.
+func eventDeadLetterID(project, eventID, stage, code string) string {
+	var buf [256]byte
+	b := appendIDPart(buf[:0], string(schemas.TypeRejected))
+	b = appendIDPart(b, project)
+	b = appendIDPart(b, "event")
+	b = appendIDPart(b, eventID)
+	b = appendIDPart(b, stage)
+	b = appendIDPart(b, code)
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
 }

@@ -46,15 +46,16 @@ const (
 )
 
 type field struct {
-	name    string
-	kind    kind
-	req     bool // JSON: must be present; typed strings: must be non-empty
-	prose   bool // free text: not capped as an id or a name (caps.go)
-	symbols []string
-	rule    rule
-	capOf   func(Limits) int // text cap, nil = only the whole-event cap
-	hasDef  bool
-	def     float64 // default of a double absent from JSON or a writer schema
+	name       string
+	kind       kind
+	req        bool // JSON: must be present; typed strings: must be non-empty
+	prose      bool // free text: not capped as an id or a name (caps.go)
+	symbols    []string
+	rule       rule
+	capOf      func(Limits) int // text cap, nil = only the whole-event cap
+	hasDef     bool
+	def        float64 // default of a double absent from JSON or a writer schema
+	absentTrue bool    // a boolean absent from JSON is true (Go's and Avro's zero stays false)
 
 	str  func(Event) *string
 	i32  func(Event) *int32
@@ -81,6 +82,9 @@ func ranged(r rule) opt             { return func(f *field) { f.rule = r } }
 func capped(c func(Limits) int) opt { return func(f *field) { f.capOf = c } }
 func defaults(v float64) opt        { return func(f *field) { f.hasDef, f.def = true, v } }
 func nullable() opt                 { return func(f *field) { f.kind = kNullString } }
+
+// trueWhenAbsent makes a boolean absent from the JSON form true.
+var trueWhenAbsent opt = func(f *field) { f.absentTrue = true }
 
 // prose marks a string field as free text, capped by the whole-event cap
 // only; every other string field is an id or a name (caps.go).
@@ -226,7 +230,11 @@ func taskAttemptInfo() *typeInfo {
 		fStr("status", func(e *TaskAttempt) *string { return &e.Status }, oneOf(attemptStatus...)),
 		fDouble("score", func(e *TaskAttempt) *float64 { return &e.Score }, required, ranged(rUnit)),
 		fBool("success", func(e *TaskAttempt) *bool { return &e.Success }, required),
-		fBool("final", func(e *TaskAttempt) *bool { return &e.Final }),
+		// final: the task's last attempt, whose outcome the retry reading
+		// (pass_rate_final) counts. Absent from JSON it is true, on every
+		// path (/v1/events, JSONL, OTLP): an attempt that says nothing is its
+		// task's only one; one that a retry follows says final: false.
+		fBool("final", func(e *TaskAttempt) *bool { return &e.Final }, trueWhenAbsent),
 		fInt("skills_available", func(e *TaskAttempt) *int32 { return &e.SkillsAvailable }, ranged(rNonNeg)),
 		fStrings("skills_loaded", func(e *TaskAttempt) *[]string { return &e.SkillsLoaded }),
 		fLong("input_tokens", func(e *TaskAttempt) *int64 { return &e.InputTokens }, ranged(rNonNeg)),

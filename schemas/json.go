@@ -25,7 +25,8 @@ import (
 // DeriveEventID), event_time (zero), project and source (""), nullable text
 // and evolver_model ("" = null), phase scores and other nullable doubles
 // (nil), arrays and maps (nil; null is accepted too), label_epsilon (0.02)
-// and label_alpha (0.05), every other number and boolean (0, false).
+// and label_alpha (0.05), task_attempt final (true: the task's last
+// attempt), every other number and boolean (0, false).
 // Required: the identifying fields, enum fields and the measured outcome
 // (task_attempt score and success, labeled_sample effect).
 //
@@ -108,6 +109,9 @@ func ParseJSONWith(b []byte, lim Limits, defaults Envelope) (Event, error) {
 			}
 			if f.hasDef {
 				*f.f64(ev) = f.def
+			}
+			if f.absentTrue {
+				*f.bl(ev) = true
 			}
 			continue
 		}

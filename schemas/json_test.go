@@ -182,6 +182,33 @@ func TestParseJSONDefaultsAndForms(t *testing.T) {
 	}
 }
 
+// TestParseJSONFinalDefaultsToTrue: an attempt that does not say final is
+// its task's last (the one pass_rate_final reads), as on OTLP; final:
+// false and final: true are kept; the written form always carries it, so
+// a false survives a round trip.
+func TestParseJSONFinalDefaultsToTrue(t *testing.T) {
+	for _, c := range []struct {
+		extra string
+		want  bool
+	}{{"}", true}, {`,"final":false}`, false}, {`,"final":true}`, true}} {
+		ev, err := ParseJSON([]byte(validAttempt+c.extra), Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ev.(*TaskAttempt).Final; got != c.want {
+			t.Errorf("%s: final %v, want %v", validAttempt+c.extra, got, c.want)
+		}
+		j, err := MarshalJSON(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseJSON(j, Limits{})
+		if err != nil || back.(*TaskAttempt).Final != c.want {
+			t.Errorf("round trip of %s: %v, %v", j, back, err)
+		}
+	}
+}
+
 func TestMarshalJSONRejectsNaN(t *testing.T) {
 	_, err := MarshalJSON(&TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Status: StatusOK, Score: math.NaN()})
 	var fe *FieldError

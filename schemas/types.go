@@ -193,7 +193,10 @@ type CellStarted struct {
 	TaskCount    int32  `json:"task_count"`
 }
 
-// TaskAttempt is one attempt of the agent at one task.
+// TaskAttempt is one attempt of the agent at one task. Final marks the
+// task's last attempt, the row pass_rate_final reads: absent from the JSON
+// form (/v1/events, JSONL, OTLP) it is true; a Go producer sets it, the
+// zero value being false.
 type TaskAttempt struct {
 	Envelope
 	CellID          string   `json:"cell_id"`

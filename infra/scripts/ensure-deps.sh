@@ -4,7 +4,8 @@
 # HTML report's render test), Debian's prometheus (promtool and prometheus,
 # for infra/prometheus's and infra/grafana's tests), Debian's zookeeper
 # (with its Java runtime: the ClickHouse cluster test, internal/chcluster)
-# Python 3.9+ (the Python SDK's tests), chDB, ClickHouse 26.7
+# Python 3.9+ with its venv module (the Python SDK's tests and its install
+# recipe: python3, python3-venv), chDB, ClickHouse 26.7
 # as a library that the tests load in-process (internal/chdb; npm's
 # @chdb/lib-linux-x64-gnu into the user's cache, Debian's npm first if there
 # is no npm), and npm's kafkajs and @kafkajs/confluent-schema-registry, the
@@ -34,8 +35,11 @@ if [ "${1:-}" = "--test" ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
   { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || missing+=(prometheus)
   { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; } || missing+=(zookeeper)
-  # The Python SDK's tests (producers/python) need Python 3.9 or later.
+  # The Python SDK's tests (producers/python) need Python 3.9 or later, and
+  # its documented install (a venv, then pip) the venv module with ensurepip:
+  # Debian's python3-venv.
   python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || missing+=(python3)
+  python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
   # HF_CHDB_LIBRARY names a libchdb.so of the user's own; else the pinned
   # version must be in the cache (an older one there is replaced).
   if [ -z "${HF_CHDB_LIBRARY:-}" ] &&

@@ -18,14 +18,20 @@ func DecodeOTLPTraces(body []byte, isJSON bool) (*coltrace.ExportTraceServiceReq
 	return decodeOTLPTraces(body, enc, defaultOTLPCaps())
 }
 
-// MapTraces exposes the span mapping to the external tests: the events,
-// and the counts of spans, ignored and rejected spans.
-func MapTraces(req *coltrace.ExportTraceServiceRequest, project string) (evs []schemas.Event, spans, ignored, rejected int) {
+// MapTraces exposes the span mapping to the external tests: the events
+// (a trace's cell_started first), and the counts of spans, accepted,
+// ignored and rejected spans.
+func MapTraces(req *coltrace.ExportTraceServiceRequest, project string) (evs []schemas.Event, spans, accepted, ignored, rejected int) {
 	res := mapTraces(req, project, schemas.DefaultLimits())
 	for _, m := range res.events {
 		evs = append(evs, m.ev)
 	}
-	return evs, res.spans, res.ignored, len(res.rejected)
+	return evs, res.spans, res.accepted, res.ignored, len(res.rejected)
+}
+
+// RejectMessages exposes the rejection messages of mapping req.
+func RejectMessages(req *coltrace.ExportTraceServiceRequest, project string) []string {
+	return mapTraces(req, project, schemas.DefaultLimits()).rejected
 }
 
 // DecodeOTLPTracesCaps decodes with the given caps; capped says the body

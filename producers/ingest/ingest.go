@@ -245,7 +245,9 @@ type Server struct {
 	once    sync.Once
 	// inflight holds the in-flight body bytes, taken by the requests handled.
 	inflight *budget
-	tlsCert  *tls.Certificate // nil: plain HTTP
+	// opened: cell_started events made from trace attributes and acknowledged.
+	opened  *openedCells
+	tlsCert *tls.Certificate // nil: plain HTTP
 
 	metrics
 }
@@ -295,7 +297,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: o.log, reg: served, ln: o.ln, tokens: ts, prod: prod, tlsCert: cert,
 		ready: make(chan struct{}), inflight: newBudget(cfg.MaxInflight, cfg.MaxInflightPerProject, ts.projects),
-		metrics: newMetrics(),
+		opened: newOpenedCells(openedCellsSize), metrics: newMetrics(),
 	}
 	if err := s.metrics.register(regs...); err != nil {
 		_ = prod.Close(context.Background())

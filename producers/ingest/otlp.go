@@ -26,9 +26,10 @@ import (
 // /v1/events. Its spans become events (otlp_map.go) produced like
 // /v1/events' events, acknowledged before the answer. The answer is an
 // ExportTraceServiceResponse in the request's encoding: 200 with the spans
-// that became no event for a reason of theirs counted in
-// partial_success.rejected_spans and named in partial_success.error_message;
-// spans that are not agent or skill spans are ignored, never rejected. A
+// that became no event counted in partial_success.rejected_spans and named
+// in partial_success.error_message (a trace is accepted or refused whole:
+// otlp_trace.go); spans that are not agent, skill or cell-ending spans are
+// ignored, never rejected. A
 // failure of the whole request is a google.rpc.Status with its HTTP code:
 // 413 past a cap of otlp_limits.go, enforced before the body is decoded.
 
@@ -39,7 +40,8 @@ const maxRejectMessages = 10
 type otlpAnswer struct {
 	code     int
 	reason   string // a rejection reason of the whole request, or ""
-	accepted int    // spans that became acknowledged events
+	accepted int    // spans whose events were acknowledged
+	events   int    // events acknowledged (a span may make two; a trace's cell a cell_started)
 	ignored  int
 	rejected int
 }
@@ -54,10 +56,10 @@ func (s *Server) handleTraces(w http.ResponseWriter, r *http.Request) {
 	s.otlpSpans.WithLabelValues(outcomeAccepted).Add(float64(a.accepted))
 	s.otlpSpans.WithLabelValues(outcomeIgnored).Add(float64(a.ignored))
 	s.otlpSpans.WithLabelValues(outcomeRejected).Add(float64(a.rejected))
-	if a.accepted > 0 {
-		s.events.Add(float64(a.accepted))
+	if a.events > 0 {
+		s.events.Add(float64(a.events))
 	}
-	s.log.Debug().Int("code", a.code).Str("reason", a.reason).Int("accepted", a.accepted).Int("ignored", a.ignored).
+	s.log.Debug().Int("code", a.code).Str("reason", a.reason).Int("accepted", a.accepted).Int("events", a.events).Int("ignored", a.ignored).
 		Int("rejected", a.rejected).Dur("took", time.Since(start)).Msg("otlp request")
 }
 
@@ -135,7 +137,7 @@ func (s *Server) traces1(w http.ResponseWriter, r *http.Request) otlpAnswer {
 	}
 	res := mapTraces(req, project, s.cfg.Limits)
 	l.deliver()
-	a, ok := s.emitMapped(w, r, enc, &res)
+	a, events, ok := s.emitMapped(w, r, enc, &res)
 	if !ok {
 		return a
 	}
@@ -146,41 +148,60 @@ func (s *Server) traces1(w http.ResponseWriter, r *http.Request) otlpAnswer {
 		}
 	}
 	writeOTLP(w, http.StatusOK, enc, resp)
-	return otlpAnswer{code: http.StatusOK, accepted: len(res.events), ignored: res.ignored, rejected: len(res.rejected)}
+	return otlpAnswer{code: http.StatusOK, accepted: res.accepted, events: events, ignored: res.ignored, rejected: len(res.rejected)}
 }
 
-// emitMapped produces the mapped events and waits for their acknowledgement,
-// like /v1/events. An event the producer refuses (its checks run after
-// ParseJSON's) rejects its span and the rest are sent again. On a delivery
-// failure it answers the request itself and returns false.
-func (s *Server) emitMapped(w http.ResponseWriter, r *http.Request, enc otlpEncoding, res *otlpResult) (otlpAnswer, bool) {
+// emitMapped produces the accepted traces' events and waits for their
+// acknowledgement, like /v1/events; a cell_started the brokers already
+// acknowledged for an earlier trace (openedCells) is not sent again. An
+// event the producer refuses (its checks run after ParseJSON's) refuses
+// its trace, and the other traces' events are sent again. On a delivery
+// failure it answers the request itself and returns false; else it returns
+// the number of events acknowledged.
+func (s *Server) emitMapped(w http.ResponseWriter, r *http.Request, enc otlpEncoding, res *otlpResult) (otlpAnswer, int, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DeliveryTimeout)
 	defer cancel()
-	for len(res.events) > 0 {
-		evs := make([]schemas.Event, len(res.events))
-		for i, m := range res.events {
-			evs[i] = m.ev
+	for {
+		var evs []schemas.Event
+		var sent []otlpMapped
+		for _, m := range res.events {
+			if m.ev.Type() == schemas.TypeCellStarted && s.opened.has(m.ev.Header().EventID) {
+				continue
+			}
+			evs, sent = append(evs, m.ev), append(sent, m)
+		}
+		if len(evs) == 0 {
+			return otlpAnswer{}, 0, true
 		}
 		err := s.prod.EmitSync(ctx, evs...)
 		var ie *producers.InvalidEventError
-		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(res.events) {
-			res.rejected = append(res.rejected, fmt.Sprintf("%s: %v", res.events[ie.Index].span.id(), ie))
-			res.events = append(res.events[:ie.Index], res.events[ie.Index+1:]...)
+		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(sent) {
+			m := sent[ie.Index]
+			why := ie.Error()
+			if m.ev.Type() == schemas.TypeCellStarted {
+				why = "its cell's cell_started, made from the cell attributes: " + why
+			}
+			m.trace.refuse(m.span, why)
+			res.assemble()
 			continue
 		}
 		if err == nil {
-			break
+			for _, m := range sent {
+				if m.ev.Type() == schemas.TypeCellStarted {
+					s.opened.add(m.ev.Header().EventID)
+				}
+			}
+			return otlpAnswer{}, len(evs), true
 		}
 		if r.Context().Err() != nil {
 			s.log.Warn().Int("events", len(evs)).Msg("OTLP client went away before the brokers acknowledged its events; they may or may not be written (a resend is idempotent)")
-			return otlpAnswer{code: 499, reason: reasonClientGone}, false
+			return otlpAnswer{code: 499, reason: reasonClientGone}, 0, false
 		}
 		s.log.Error().Err(err).Int("events", len(evs)).Msg("delivery failed")
 		w.Header().Set("Retry-After", "5")
 		return fail(w, http.StatusServiceUnavailable, enc, codes.Unavailable, reasonDelivery, "events not acknowledged by the brokers ("+err.Error()+
-			"): some may be written, none is confirmed; the exporter retries the same spans later, and they get the same event ids, so nothing is duplicated"), false
+			"): some may be written, none is confirmed; the exporter retries the same spans later, and they get the same event ids, so nothing is duplicated"), 0, false
 	}
-	return otlpAnswer{}, true
 }
 
 func countSpans(req *coltrace.ExportTraceServiceRequest) int {

@@ -46,6 +46,9 @@ const (
 	attrSkillStatus = hf + "skill_status"
 	attrTurn        = hf + "turn"
 	attrStatus      = hf + "status"
+	attrCampaign    = hf + "campaign_id"
+	attrCellStatus  = hf + "cell_status"
+	attrCellAttempt = hf + "cell_attempts"
 
 	opInvokeAgent = "invoke_agent"
 	opExecuteTool = "execute_tool"
@@ -88,6 +91,9 @@ type otlpSpan struct {
 	tool  string    // kindSkill: the skill_event tool
 	owner *otlpSpan // kindSkill: the invoke_agent ancestor, if in the request
 	skill []string  // kindAttempt: skills loaded by its descendants
+	// finish: the span carries harnessflow.cell_status (its own attribute,
+	// never its resource's): it ends its cell.
+	finish bool
 }
 
 // get returns the span's attribute k, else its resource's.
@@ -105,22 +111,9 @@ func (sp *otlpSpan) id() string {
 	return fmt.Sprintf("span %x (trace %x, %q)", sp.s.GetSpanId(), sp.s.GetTraceId(), sp.s.GetName())
 }
 
-// otlpMapped is one event made from a span.
-type otlpMapped struct {
-	ev   schemas.Event
-	span *otlpSpan
-}
-
-// otlpResult is what mapTraces made of a request.
-type otlpResult struct {
-	events   []otlpMapped
-	spans    int      // every span of the request
-	ignored  int      // spans the mapping does not map
-	rejected []string // one message per rejected span
-}
-
 // mapTraces maps every span of req. project is the token's project (the
-// same rules as /v1/events: an event may not name another project).
+// same rules as /v1/events: an event may not name another project). A
+// trace's spans are accepted or refused together (otlp_trace.go).
 func mapTraces(req *coltrace.ExportTraceServiceRequest, project string, lim schemas.Limits) otlpResult {
 	spans, index := flattenSpans(req)
 	res := otlpResult{spans: len(spans)}
@@ -133,38 +126,81 @@ func mapTraces(req *coltrace.ExportTraceServiceRequest, project string, lim sche
 		}
 	}
 	collectSkillsLoaded(spans)
+	traces := newTraceSet()
 	for _, sp := range spans {
-		var obj map[string]any
-		var err error
-		switch sp.kind {
-		case kindAttempt:
-			obj = attemptJSON(sp)
-		case kindSkill:
-			obj, err = skillJSON(sp)
-		default:
+		if sp.kind == kindIgnored && !sp.finish {
 			res.ignored++
 			continue
 		}
-		var ev schemas.Event
-		if err == nil {
-			ev, err = parseMapped(obj, lim)
-		}
-		if err == nil {
-			err = claimProject(ev, project)
-		}
-		if err == nil {
-			// The id of the token's project: another tenant reusing these
-			// trace and span ids makes other events.
-			h := ev.Header()
-			h.EventID = otlpEventID(ev.Type(), h.Project, sp.s)
-		}
+		tr := traces.of(sp)
+		tr.spans = append(tr.spans, sp)
+		evs, err := mapSpan(sp, project, lim)
 		if err != nil {
-			res.rejected = append(res.rejected, fmt.Sprintf("%s: %v", sp.id(), err))
+			tr.refuse(sp, err.Error())
 			continue
 		}
-		res.events = append(res.events, otlpMapped{ev: ev, span: sp})
+		if src, err := tr.openCell(sp, project, lim); err != nil {
+			tr.refuse(src, err.Error())
+			continue
+		}
+		for _, ev := range evs {
+			tr.events = append(tr.events, otlpMapped{ev: ev, span: sp, trace: tr})
+		}
 	}
+	res.traces = traces.list
+	res.assemble()
 	return res
+}
+
+// mapSpan makes the events of one span: its task_attempt or skill_event,
+// and its cell's cell_finished when it carries harnessflow.cell_status.
+func mapSpan(sp *otlpSpan, project string, lim schemas.Limits) ([]schemas.Event, error) {
+	var evs []schemas.Event
+	if sp.kind != kindIgnored {
+		var obj map[string]any
+		var err error
+		if sp.kind == kindAttempt {
+			obj = attemptJSON(sp)
+		} else {
+			obj, err = skillJSON(sp)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ev, err := parseClaimed(obj, project, lim)
+		if err != nil {
+			return nil, err
+		}
+		// The id of the token's project: another tenant reusing these
+		// trace and span ids makes other events.
+		h := ev.Header()
+		h.EventID = otlpEventID(ev.Type(), h.Project, sp.s)
+		evs = append(evs, ev)
+	}
+	if sp.finish {
+		ev, err := parseClaimed(finishJSON(sp), project, lim)
+		if err != nil {
+			return nil, fmt.Errorf("the cell_finished of its %s: %w", attrCellStatus, err)
+		}
+		// The id a cell_finished without event_id gets on /v1/events: one
+		// finish per cell, however many spans or retries say so.
+		ev.Header().EventID = schemas.DeriveEventID(ev)
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// parseClaimed parses an event's JSON form and applies the token's
+// project to it.
+func parseClaimed(obj map[string]any, project string, lim schemas.Limits) (schemas.Event, error) {
+	ev, err := parseMapped(obj, lim)
+	if err != nil {
+		return nil, err
+	}
+	if err := claimProject(ev, project); err != nil {
+		return nil, err
+	}
+	return ev, nil
 }
 
 // flattenSpans lists the request's spans in order and indexes them by
@@ -201,8 +237,9 @@ func attrMap(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
 	return m
 }
 
-// classify sets sp.kind (and sp.tool for a skill span).
+// classify sets sp.kind (and sp.tool for a skill span) and sp.finish.
 func classify(sp *otlpSpan) {
+	_, sp.finish = sp.attrs[attrCellStatus]
 	switch sp.str(attrOperation) {
 	case opInvokeAgent:
 		if sp.str(attrCellID) != "" {
@@ -339,9 +376,6 @@ func attemptJSON(sp *otlpSpan) map[string]any {
 	if _, ok := obj["attempt"]; !ok {
 		obj["attempt"] = 1
 	}
-	if _, ok := obj["final"]; !ok {
-		obj["final"] = true
-	}
 	for attr, f := range map[string]string{attrInputTok: "input_tokens", attrOutputTok: "output_tokens"} {
 		if v := sp.get(attr); v != nil {
 			obj[f] = jsonValue(v)
@@ -401,6 +435,22 @@ func skillJSON(sp *otlpSpan) (map[string]any, error) {
 	obj["skill_name"] = skillName(sp)
 	obj["status"] = skillStatus(sp)
 	return obj, nil
+}
+
+// finishJSON is the cell_finished JSON form of a span with
+// harnessflow.cell_status: its cell (harnessflow.cell_id), the status and
+// harnessflow.cell_attempts, both the span's own attributes; event_time is
+// the span's end.
+func finishJSON(sp *otlpSpan) map[string]any {
+	obj := envelope(schemas.TypeCellFinished, sp)
+	if v := sp.get(attrCellID); v != nil {
+		obj["cell_id"] = jsonValue(v)
+	}
+	obj["status"] = jsonValue(sp.attrs[attrCellStatus])
+	if v, ok := sp.attrs[attrCellAttempt]; ok {
+		obj["attempts"] = jsonValue(v)
+	}
+	return obj
 }
 
 // parseMapped parses an event's JSON form like any /v1/events event.

@@ -18,7 +18,8 @@ import (
 // exported without its invoke_agent span (it carries the ids itself), the
 // resource's attributes as a fallback, harnessflow.skills_loaded and
 // harnessflow.status on the invoke_agent span, and an attempt whose end is
-// before its start (rejected: negative duration).
+// before its start (rejected: negative duration; in a trace of its own, so
+// the others stay accepted).
 func TestOTLPMapFallbacks(t *testing.T) {
 	invoke := kv("gen_ai.operation.name", "invoke_agent")
 	req := &coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
@@ -30,13 +31,13 @@ func TestOTLPMapFallbacks(t *testing.T) {
 			span(traceA, "0000000000000a01", "", "invoke_agent", 0, 100, unset, invoke,
 				kv("harnessflow.task_id", "t8"), kv("harnessflow.score", 1), kv("harnessflow.success", true),
 				kv("harnessflow.status", "timeout"), kv("harnessflow.skills_loaded", []string{"a", "b"})),
-			span(traceA, "0000000000000a02", "", "invoke_agent", 200, 100, unset, invoke,
+			span(traceB, "0000000000000a02", "", "invoke_agent", 200, 100, unset, invoke,
 				kv("harnessflow.task_id", "t7"), kv("harnessflow.score", 1), kv("harnessflow.success", true)),
 		}}},
 	}}}
-	evs, spans, ignored, rejected := ingest.MapTraces(req, "p")
-	if spans != 3 || ignored != 0 || rejected != 1 || len(evs) != 2 {
-		t.Fatalf("%d spans: %d events, %d ignored, %d rejected; want 3: 2, 0, 1", spans, len(evs), ignored, rejected)
+	evs, spans, accepted, ignored, rejected := ingest.MapTraces(req, "p")
+	if spans != 3 || accepted != 2 || ignored != 0 || rejected != 1 || len(evs) != 2 {
+		t.Fatalf("%d spans: %d accepted (%d events), %d ignored, %d rejected; want 3: 2 (2), 0, 1", spans, accepted, len(evs), ignored, rejected)
 	}
 	se, ok := evs[0].(*schemas.SkillEvent)
 	if !ok || se.CellID != "cell-r" || se.TaskID != "t9" || se.Attempt != 3 || se.Turn != 4 || se.SkillName != "pdf" {
@@ -54,7 +55,7 @@ func TestOTLPMapFallbacks(t *testing.T) {
 // project's retried export keeps its ids.
 func TestOTLPEventIDsAreTheProjects(t *testing.T) {
 	ids := func(project string) []string {
-		evs, _, _, _ := ingest.MapTraces(sampleTrace(), project)
+		evs, _, _, _, _ := ingest.MapTraces(sampleTrace(), project)
 		var out []string
 		for _, ev := range evs {
 			out = append(out, ev.Header().EventID)

@@ -65,6 +65,8 @@ func kv(k string, v any) *commonpb.KeyValue {
 const (
 	traceA = "0102030405060708090a0b0c0d0e0f10"
 	traceB = "11111111111111111111111111111111"
+	traceC = "22222222222222222222222222222222"
+	traceD = "33333333333333333333333333333333"
 )
 
 func span(trace, id, parent, name string, startMS, endMS int, code tracepb.Status_StatusCode, attrs ...*commonpb.KeyValue) *tracepb.Span {
@@ -86,8 +88,10 @@ const (
 )
 
 // sampleTrace is the request both encodings send (sampleTraceJSON is the
-// same by hand): two attempts with skill loads, spans to ignore and two
-// spans to reject. See wantSample for what it becomes.
+// same by hand): two attempts with skill loads, in traces A and D, spans to
+// ignore, and spans to reject: trace C's attempt (score 1.5) with its skill
+// span (refused with its trace), and trace B's orphan skill span. See
+// wantSample for what it becomes.
 func sampleTrace() *coltrace.ExportTraceServiceRequest {
 	invoke := kv("gen_ai.operation.name", "invoke_agent")
 	tool := kv("gen_ai.operation.name", "execute_tool")
@@ -111,13 +115,15 @@ func sampleTrace() *coltrace.ExportTraceServiceRequest {
 					kv("gen_ai.tool.name", "run_skill_script"), kv("gen_ai.skill.name", "review"), kv("gen_ai.skill.resource.name", "scripts/check.py"),
 					kv("process.executable.name", "python")),
 				span(traceA, "0000000000000d01", "0000000000000a01", "chat model-x", 80, 90, unset, kv("gen_ai.operation.name", "chat")),
-				span(traceA, "0000000000000a02", "", "invoke_agent solver", 2000, 2250, errorCode, invoke,
+				span(traceD, "0000000000000a02", "", "invoke_agent solver", 2000, 2250, errorCode, invoke,
 					kv("harnessflow.cell_id", "cell-otlp"), kv("harnessflow.task_id", "t2"), kv("harnessflow.score", 0), kv("harnessflow.success", false)),
-				span(traceA, "0000000000000c05", "0000000000000a02", "execute_tool read_skill", 2100, 2150, unset, tool,
+				span(traceD, "0000000000000c05", "0000000000000a02", "execute_tool read_skill", 2100, 2150, unset, tool,
 					kv("gen_ai.tool.name", "read_skill"), kv("harnessflow.skill_name", "csv"), kv("harnessflow.skill_status", "not_found"), kv("harnessflow.turn", 1)),
-				span(traceA, "0000000000000a03", "", "invoke_agent helper", 3000, 3100, unset, invoke),
-				span(traceA, "0000000000000a04", "", "invoke_agent solver", 3200, 3300, unset, invoke,
+				span(traceD, "0000000000000a03", "", "invoke_agent helper", 3000, 3100, unset, invoke),
+				span(traceC, "0000000000000a04", "", "invoke_agent solver", 3200, 3300, unset, invoke,
 					kv("harnessflow.cell_id", "cell-otlp"), kv("harnessflow.task_id", "t3"), kv("harnessflow.score", 1.5), kv("harnessflow.success", true)),
+				span(traceC, "0000000000000c06", "0000000000000a04", "execute_tool load_skill zip", 3210, 3220, unset, tool,
+					kv("gen_ai.tool.name", "load_skill"), kv("gen_ai.skill.name", "zip")),
 			}}},
 		},
 		{
@@ -175,22 +181,26 @@ const sampleTraceJSON = `{"resourceSpans":[
   {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000d01","parentSpanId":"0000000000000a01","name":"chat model-x","kind":1,
    "startTimeUnixNano":"1796119200080000000","endTimeUnixNano":"1796119200090000000","status":{},
    "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"chat"}}]},
-  {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000a02","name":"invoke_agent solver","kind":1,
+  {"traceId":"33333333333333333333333333333333","spanId":"0000000000000a02","name":"invoke_agent solver","kind":1,
    "startTimeUnixNano":"1796119202000000000","endTimeUnixNano":"1796119202250000000","status":{"code":2},
    "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"invoke_agent"}},{"key":"harnessflow.cell_id","value":{"stringValue":"cell-otlp"}},
     {"key":"harnessflow.task_id","value":{"stringValue":"t2"}},{"key":"harnessflow.score","value":{"intValue":"0"}},{"key":"harnessflow.success","value":{"boolValue":false}}]},
-  {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000c05","parentSpanId":"0000000000000a02","name":"execute_tool read_skill","kind":1,
+  {"traceId":"33333333333333333333333333333333","spanId":"0000000000000c05","parentSpanId":"0000000000000a02","name":"execute_tool read_skill","kind":1,
    "startTimeUnixNano":"1796119202100000000","endTimeUnixNano":"1796119202150000000","status":{},
    "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"gen_ai.tool.name","value":{"stringValue":"read_skill"}},
     {"key":"harnessflow.skill_name","value":{"stringValue":"csv"}},{"key":"harnessflow.skill_status","value":{"stringValue":"not_found"}},
     {"key":"harnessflow.turn","value":{"intValue":1}}]},
-  {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000a03","name":"invoke_agent helper","kind":1,
+  {"traceId":"33333333333333333333333333333333","spanId":"0000000000000a03","name":"invoke_agent helper","kind":1,
    "startTimeUnixNano":"1796119203000000000","endTimeUnixNano":"1796119203100000000","status":{},
    "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"invoke_agent"}}]},
-  {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000a04","name":"invoke_agent solver","kind":1,
+  {"traceId":"22222222222222222222222222222222","spanId":"0000000000000a04","name":"invoke_agent solver","kind":1,
    "startTimeUnixNano":"1796119203200000000","endTimeUnixNano":"1796119203300000000","status":{},
    "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"invoke_agent"}},{"key":"harnessflow.cell_id","value":{"stringValue":"cell-otlp"}},
-    {"key":"harnessflow.task_id","value":{"stringValue":"t3"}},{"key":"harnessflow.score","value":{"doubleValue":1.5}},{"key":"harnessflow.success","value":{"boolValue":true}}]}
+    {"key":"harnessflow.task_id","value":{"stringValue":"t3"}},{"key":"harnessflow.score","value":{"doubleValue":1.5}},{"key":"harnessflow.success","value":{"boolValue":true}}]},
+  {"traceId":"22222222222222222222222222222222","spanId":"0000000000000c06","parentSpanId":"0000000000000a04","name":"execute_tool load_skill zip","kind":1,
+   "startTimeUnixNano":"1796119203210000000","endTimeUnixNano":"1796119203220000000","status":{},
+   "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"gen_ai.tool.name","value":{"stringValue":"load_skill"}},
+    {"key":"gen_ai.skill.name","value":{"stringValue":"zip"}}]}
  ]}]},
  {"scopeSpans":[{"spans":[
   {"traceId":"11111111111111111111111111111111","spanId":"0000000000000e01","parentSpanId":"0000000000000f01","name":"execute_tool load_skill x","kind":1,
@@ -218,7 +228,7 @@ func wantSample() []schemas.Event {
 		&schemas.SkillEvent{Envelope: env(50), CellID: "cell-otlp", TaskID: "t1", Attempt: 2, Turn: 0, Tool: "load_skill", SkillName: "review", Status: "loaded"},
 		// c03: the conventions' read-skill-resource span.
 		&schemas.SkillEvent{Envelope: env(70), CellID: "cell-otlp", TaskID: "t1", Attempt: 2, Turn: 0, Tool: "load_skill_reference", SkillName: "review", Status: "loaded"},
-		// a02: defaults (attempt 1, final true), status ERROR -> error.
+		// a02 (trace D): defaults (attempt 1, final true), status ERROR -> error.
 		&schemas.TaskAttempt{Envelope: env(2250), CellID: "cell-otlp", TaskID: "t2", Attempt: 1, Status: "error",
 			Score: 0, Success: false, Final: true, SkillsLoaded: []string{}, DurationMs: 250},
 		// c05: harnessflow.skill_name and skill_status.
@@ -227,8 +237,9 @@ func wantSample() []schemas.Event {
 }
 
 // Ignored: b01 (plan), c04 (a skill script run), d01 (chat), a03 (no
-// cell). Rejected: a04 (score 1.5), e01 (no invoke_agent ancestor).
-const sampleIgnored, sampleRejected = 4, 2
+// cell). Rejected: a04 (score 1.5), c06 (a04's skill span: refused with
+// its trace), e01 (no invoke_agent ancestor).
+const sampleIgnored, sampleRejected = 4, 3
 
 func gzipped(t *testing.T, b []byte) []byte {
 	t.Helper()
@@ -348,7 +359,8 @@ func TestOTLPMapsSpans(t *testing.T) {
 			if ps.GetRejectedSpans() != sampleRejected {
 				t.Errorf("rejected_spans %d, want %d (%q)", ps.GetRejectedSpans(), sampleRejected, ps.GetErrorMessage())
 			}
-			for _, want := range []string{"0000000000000a04", "score", "0000000000000e01", "invoke_agent ancestor"} {
+			for _, want := range []string{"0000000000000a04", "score", "0000000000000e01", "invoke_agent ancestor",
+				`span 0000000000000c06 (trace 22222222222222222222222222222222, "execute_tool load_skill zip"): refused with its trace, whose span 0000000000000a04`} {
 				if !strings.Contains(ps.GetErrorMessage(), want) {
 					t.Errorf("error_message %q lacks %q", ps.GetErrorMessage(), want)
 				}
@@ -444,7 +456,8 @@ func TestOTLPAnswers(t *testing.T) {
 }
 
 // TestOTLPProjectRules: a span naming another project than the token's is
-// rejected (and counted), the others of the request are accepted; a request
+// rejected (and counted) with its trace, the other traces of the request
+// are accepted; a request
 // of spans that map to nothing is a plain success.
 func TestOTLPProjectRules(t *testing.T) {
 	g := startGateway(t, 0)
@@ -457,11 +470,12 @@ func TestOTLPProjectRules(t *testing.T) {
 		t.Fatalf("code %d: %s", code, b)
 	}
 	ps := exportResponse(t, "application/x-protobuf", hdr, b).GetPartialSuccess()
-	if ps.GetRejectedSpans() != sampleRejected+1 || !strings.Contains(ps.GetErrorMessage(), `project "projB" is not this token's project`) {
+	// a01 and, with it, its trace's skill spans c01, c02, c03.
+	if ps.GetRejectedSpans() != sampleRejected+4 || !strings.Contains(ps.GetErrorMessage(), `project "projB" is not this token's project`) {
 		t.Errorf("partial success %v", ps)
 	}
-	if got := len(g.stored()); got != len(wantSample())-1 {
-		t.Errorf("%d events, want %d", got, len(wantSample())-1)
+	if got := len(g.stored()); got != len(wantSample())-4 {
+		t.Errorf("%d events, want %d (trace D's)", got, len(wantSample())-4)
 	}
 
 	only := &coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{

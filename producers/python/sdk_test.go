@@ -206,3 +206,113 @@ func TestPythonSDK(t *testing.T) {
 		}
 	}
 }
+
+// installRecipe returns the shell lines of the first ```sh block under the
+// heading "## Install" of the Markdown file path (README.md's own block
+// under **Python.** is compared to it by the caller).
+func installRecipe(t *testing.T, path, after string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	i := strings.Index(text, after)
+	if i < 0 {
+		t.Fatalf("%s has no %q", path, after)
+	}
+	text = text[i:]
+	start := strings.Index(text, "```sh\n")
+	if start < 0 {
+		t.Fatalf("%s: no ```sh block after %q", path, after)
+	}
+	text = text[start+len("```sh\n"):]
+	end := strings.Index(text, "```")
+	if end < 0 {
+		t.Fatalf("%s: the ```sh block after %q does not end", path, after)
+	}
+	var lines []string
+	for _, l := range strings.Split(text[:end], "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestPythonInstallAsDocumented runs the install recipe of
+// producers/python/README.md (the same lines as README.md's), line by
+// line, in an empty folder that holds a copy of producers/python where the
+// recipe expects it, with the package index turned off (PIP_NO_INDEX, and
+// no proxy): the venv's python must then import the package from the
+// venv. python3 is $HF_PYTHON or the one on PATH; without its venv module
+// and ensurepip (Debian: python3-venv) the test is skipped, or fails under
+// CI=true.
+func TestPythonInstallAsDocumented(t *testing.T) {
+	py := python(t)
+	recipe := installRecipe(t, "README.md", "## Install")
+	if top := installRecipe(t, filepath.Join("..", "..", "README.md"), "**Python.**"); strings.Join(top, "\n") != strings.Join(recipe, "\n") {
+		t.Fatalf("README.md's install lines %q differ from producers/python/README.md's %q", top, recipe)
+	}
+	if len(recipe) == 0 {
+		t.Fatal("the install recipe is empty")
+	}
+	if out, err := exec.Command(py, "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
+		testenv.Missing(t, py+" has no venv module with ensurepip (Debian: apt install python3-venv; infra/scripts/ensure-deps.sh --test): "+
+			err.Error()+" "+string(out))
+	}
+
+	work := t.TempDir()
+	src := filepath.Join(work, "producers", "python")
+	for _, dir := range []string{"_build", "harnessflow"} {
+		if err := os.CopyFS(filepath.Join(src, dir), os.DirFS(dir)); err != nil {
+			t.Fatalf("copy %s: %v", dir, err)
+		}
+	}
+	for _, file := range []string{"pyproject.toml", "README.md"} {
+		b, err := os.ReadFile(file)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(src, file), b, 0o644)
+		}
+		if err != nil {
+			t.Fatalf("copy %s: %v", file, err)
+		}
+	}
+	// python3 on PATH is the interpreter under test.
+	bin := filepath.Join(t.TempDir(), "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(py, filepath.Join(bin, "python3")); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + work,
+		"PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_CACHE_DIR=1", "PIP_CONFIG_FILE=" + os.DevNull,
+		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "PYTHONDONTWRITEBYTECODE=1"}
+	ctx, cancel := testenv.Context(t)
+	defer cancel()
+	for _, line := range recipe {
+		cmd := exec.CommandContext(ctx, "sh", "-ec", line)
+		cmd.Dir, cmd.Env = work, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		t.Logf("$ %s\n%s", line, out)
+	}
+	check := exec.CommandContext(ctx, filepath.Join(work, ".venv", "bin", "python"), "-c",
+		"import harnessflow, harnessflow.events, os; print(os.path.realpath(harnessflow.__file__)); print(harnessflow.__version__)")
+	check.Dir, check.Env = t.TempDir(), env
+	out, err := check.CombinedOutput()
+	if err != nil {
+		t.Fatalf("import harnessflow with the venv's python: %v\n%s", err, out)
+	}
+	lines := strings.Fields(string(out))
+	venv, _ := filepath.EvalSymlinks(filepath.Join(work, ".venv"))
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], venv+string(filepath.Separator)) || !strings.Contains(lines[0], "site-packages") {
+		t.Fatalf("harnessflow imported from %q, want the venv's site-packages under %s", out, venv)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(lines[0]), "py.typed")); err != nil {
+		t.Errorf("the installed package has no py.typed: %v", err)
+	}
+}

@@ -2,6 +2,8 @@ package chsink
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -164,8 +166,12 @@ func (s *Sink) publishRefused(ctx context.Context, rows []row) error {
 }
 
 // refusedRejection is the dead letter of a row ClickHouse refused; its id
-// comes from the row's coordinates ("sink-refused:<topic>:<partition>:<offset>"),
-// so a batch read again after a restart yields the same row.
+// comes from the topic and the event id of the row
+// ("sink-refused:<topic>:" and the hex of the first 16 bytes of the
+// event id's SHA-256), so a batch read again after a restart, and a copy
+// of the event resent as another message (a retried export), yield the
+// same row of rejected_events; an event without an id keeps the
+// coordinates ("sink-refused:<topic>:<partition>:<offset>").
 func (s *Sink) refusedRejection(t *table, rf refusal) *schemas.Rejected {
 	payload, _ := schemas.Encode(rf.r.ev)
 	h := rf.r.ev.Header()
@@ -173,5 +179,9 @@ func (s *Sink) refusedRejection(t *table, rf refusal) *schemas.Rejected {
 		schemas.Origin{Topic: rf.r.m.topic, Partition: rf.r.m.partition, Offset: rf.r.m.offset,
 			Time: h.EventTime, Payload: payload, Project: h.Project, Event: rf.r.ev}, s.cfg.PayloadCap)
 	rec.EventID = fmt.Sprintf("sink-refused:%s:%d:%d", rf.r.m.topic, rf.r.m.partition, rf.r.m.offset)
+	if h.EventID != "" {
+		sum := sha256.Sum256([]byte(h.EventID))
+		rec.EventID = "sink-refused:" + rf.r.m.topic + ":" + hex.EncodeToString(sum[:16])
+	}
 	return rec
 }

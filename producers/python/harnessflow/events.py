@@ -227,7 +227,7 @@ def task_attempt(
     Left at None, stream_idx, cycle, harness_version, final, skills_available,
     skills_loaded, input_tokens, output_tokens, duration_ms, task_input are left out and
     the gateway applies the schema's default (null for nullable fields, [] for arrays,
-    zero or "" otherwise).
+    zero or "" otherwise; final: true).
     Envelope: event_id is derived by the gateway when None; event_time (epoch
     milliseconds, RFC 3339 text or a datetime) is set by Client.emit when None; project
     defaults to the token's, source to the client's.

@@ -53,6 +53,13 @@ JSON_REQUIRED: Dict[str, Tuple[str, ...]] = {
     "Artifact": ("kind", "name", "op"),
 }
 
+# Booleans the JSON form makes true when they are absent (schemas.ParseJSON;
+# every other absent boolean is false): task_attempt.final, the task's last
+# attempt, as on the gateway's OTLP receiver.
+JSON_TRUE_WHEN_ABSENT: Dict[str, Tuple[str, ...]] = {
+    "task_attempt": ("final",),
+}
+
 ENVELOPE = ("event_id", "event_time", "project", "source")
 
 PRIMITIVES = {
@@ -225,9 +232,12 @@ def helper(name: str, record: Dict[str, Any], required: Tuple[str, ...], where: 
         out += wrap(f"{p.name} is one of: " + ", ".join(p.enum["symbols"]) + ".", "    ")
     optional = [p.name for p in params if not p.required and not p.scalar_default]
     if optional:
+        true_ones = [n for n in JSON_TRUE_WHEN_ABSENT.get(name, ()) if n in optional]
+        otherwise = "; " + ", ".join(true_ones) + ": true" if true_ones else ""
         out += wrap(
             "Left at None, " + ", ".join(optional) + " are left out and the gateway applies the "
-            "schema's default (null for nullable fields, [] for arrays, zero or \"\" otherwise).",
+            "schema's default (null for nullable fields, [] for arrays, zero or \"\" otherwise"
+            + otherwise + ").",
             "    ",
         )
     if envelope:
