@@ -36,13 +36,14 @@ import (
 // once at the first publish and refilled in place at each later one: the
 // same TensorBytes as a live member (weights, gradients and both AdamW
 // moments, float32 each; Model has no inference-only form). At the default
-// ModelConfig the embedding table alone is (2^18 + 4·1024) rows × 64 floats
-// ≈ 68 MB per tensor, so ≈ 273 MB per member, on the backend's memory (host
+// ModelConfig (the additive structure) the network's table is (2^18 + 4·1024)
+// rows × 16 floats ≈ 17 MB per tensor and the text table 2^18 × 4 ≈ 4 MB, so
+// ≈ 90 MB per member (the MLP structure's × 64 table: ≈ 273 MB), on the backend's memory (host
 // RAM on the CPU, device memory on CUDA). The copy itself needs no host
 // buffer on the CPU (it reads the live tensors in place); from a device it
 // downloads each tensor once. A pinned older version (below) costs a second
 // such set, allocated at the first pin and then reused, plus the transient
-// host memory of reading its file (weights and both moments, ≈ 3 × 68 MB
+// host memory of reading its file (weights and both moments, ≈ 3 × 21 MB
 // per member at the defaults) each time a different version is pinned.
 //
 // Pinning. A request names a version with the URL query parameter
