@@ -21,13 +21,17 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // Checkpoint is the trainer's durable state: the weights and optimizer state
 // of every ensemble member, the step, the model version and the Kafka frontier
 // (for each partition of Topic, the offset after the last sample folded into
 // these weights), plus the dedup window and staleness state, so a restart
-// continues exactly where the checkpoint left off.
+// continues exactly where the checkpoint left off, and the evaluation's
+// state (its set and epoch, the held-out samples since, its training window,
+// the early-stopping state), so a restart evaluates on the same rows.
 type Checkpoint struct {
 	// Index is the model version number; it only grows, also across fallbacks.
 	Index int64
@@ -65,6 +69,27 @@ type Checkpoint struct {
 	// FirstGroup is the held-out group trained on because it came first
 	// (Trainer.holdOut); "" when there is none. Absent in older files.
 	FirstGroup string
+	// EvalWindows says the evaluation state below is in the file (issue
+	// 36); false in files written before, which restore with it empty.
+	EvalWindows bool
+	// EvalEpoch, EvalSet and EvalSetSHA256 are the evaluation epoch this
+	// checkpoint is evaluated in (1, 2, …; 0: no set frozen yet), its set
+	// of held-out samples, oldest first, and the set's name (evalset.go).
+	EvalEpoch     int64
+	EvalSet       []*schemas.LabeledSample
+	EvalSetSHA256 string
+	// EvalSince counts the held-out samples collected since EvalSet was
+	// frozen; EvalPending are the newest HeldoutWindow of them, oldest
+	// first (with EvalSet they are the held-out ring).
+	EvalSince   int64
+	EvalPending []*schemas.LabeledSample
+	// EvalTrain is the evaluation's training window, oldest first: the
+	// last EvalTrainWindow trained samples, which the baselines of this
+	// checkpoint's evaluation are fitted on (and the replay window's
+	// samples, restored from its newest ReplayWindow).
+	EvalTrain []*schemas.LabeledSample
+	// EarlyStop is the replays' early-stopping state (replay.go).
+	EarlyStop EarlyStopState
 	// CreatedAt is when the checkpoint was written.
 	CreatedAt time.Time
 	// Models are the ensemble members' states (weights travel after the
@@ -434,6 +459,11 @@ func encodePayload(w io.Writer, ck *Checkpoint) (int64, error) {
 	var mb bytes.Buffer
 	if err := gob.NewEncoder(&mb).Encode(&meta); err != nil {
 		return 0, fmt.Errorf("encode checkpoint meta: %w", err)
+	}
+	if mb.Len() > maxMeta {
+		// ReadCheckpoint would refuse it as corrupt: fail the save instead.
+		return 0, fmt.Errorf("checkpoint header of %d bytes exceeds %d: the evaluation set, the held-out samples since and the training window it holds are too large (lower --heldout-window or --eval-train-window)",
+			mb.Len(), maxMeta)
 	}
 	if err := binary.Write(cw, binary.LittleEndian, uint32(mb.Len())); err != nil {
 		return 0, err

@@ -62,6 +62,23 @@ func (t *Trainer) restore(ctx context.Context) error {
 		}
 		t.heldout = ck.Heldout
 		t.firstGroup, t.trainedAny = ck.FirstGroup, ck.SamplesTrained > 0 || ck.FirstGroup != ""
+		if ck.EvalWindows {
+			t.restoreEvalState(ck)
+			t.log.Info().Int64("eval_epoch", ck.EvalEpoch).Str("eval_set_sha256", ck.EvalSetSHA256).Int("eval_set_rows", len(ck.EvalSet)).
+				Int64("heldout_since_frozen", ck.EvalSince).Int("eval_train_window", len(ck.EvalTrain)).Bool("replays_paused", ck.EarlyStop.Paused).
+				Msg("restored the evaluation set, the training window and the early-stopping state")
+			if ck.EvalEpoch > 0 {
+				// Evaluated again once the evaluations run (Run): same
+				// weights, rows and window, so the same verdict, served
+				// again; its rows replace the identical ones.
+				t.reeval = &Checkpoint{Index: ck.Index, ModelVersion: ck.ModelVersion, Step: ck.Step, SamplesTrained: ck.SamplesTrained,
+					EvalEpoch: ck.EvalEpoch, EvalSet: ck.EvalSet, EvalSetSHA256: ck.EvalSetSHA256, EvalTrain: ck.EvalTrain,
+					path: ck.path, fileSHA256: ck.fileSHA256}
+			}
+		} else {
+			t.log.Info().Str("checkpoint", path).
+				Msg("checkpoint from before evaluation sets were kept: the evaluation set, training window and early stopping start from the samples read from now on")
+		}
 		t.restored = true
 		t.log.Info().Str("checkpoint", path).Str("model_version", ck.ModelVersion).Int64("step", ck.Step).
 			Interface("offsets", ck.Offsets).Msg("restored checkpoint; reading from its offsets")
@@ -122,10 +139,13 @@ func (t *Trainer) housekeeping(ctx context.Context, final bool) error {
 func (t *Trainer) checkpoint(ctx context.Context) error {
 	start := time.Now()
 	idx := max(t.index, t.store.MaxIndex()) + 1
+	t.evalRows() // the checkpoint holds the set it is evaluated on
 	ck := &Checkpoint{
 		Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", t.cfg.Name, idx), Step: t.step, SamplesTrained: t.trained,
 		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells, KeyedByProject: true, FirstGroup: t.firstGroup, Project: t.cfg.Project,
 		Heldout: t.heldout, CreatedAt: time.Now().UTC(),
+		EvalWindows: true, EvalEpoch: t.evalSet.epoch, EvalSet: t.evalSet.rows, EvalSetSHA256: t.evalSet.sha256,
+		EvalSince: t.evalSet.since, EvalPending: t.evalPending(), EvalTrain: t.trainWin.snapshot(), EarlyStop: t.earlyStopState(),
 	}
 	for p, o := range t.offsets {
 		ck.Offsets[p] = o

@@ -118,16 +118,27 @@ type Config struct {
 	// baseline) on one side.
 	HeldoutGroupKey string
 	// HeldoutWindow bounds, by count, both the held-out records the
-	// trainer_steps metrics cover and the held-out set each checkpoint is
-	// evaluated on (the most recent held-out samples, kept in memory).
-	// Default: 2000.
+	// trainer_steps metrics cover and the held-out ring the evaluation set
+	// of each evaluation epoch is frozen from (the most recent held-out
+	// samples, kept in memory and in checkpoints; evalset.go). Default:
+	// 2000.
 	HeldoutWindow int
+	// EvalEpochSamples ends an evaluation epoch (evalset.go): once this
+	// many held-out samples have been admitted since the epoch's set was
+	// frozen (or as many as it holds, while it is smaller than
+	// HeldoutWindow), the next set is frozen from the held-out ring.
+	// Checkpoints of one epoch are evaluated on the same rows. Default:
+	// HeldoutWindow (each full set is entirely new rows).
+	EvalEpochSamples int
 	// EvalTrainWindow is how many recent trained samples are kept in
-	// memory to fit the checkpoint evaluation's baselines on. Default: 5000.
+	// memory (and in checkpoints) to fit the checkpoint evaluation's
+	// baselines on. Default: 5000.
 	EvalTrainWindow int
 	// ReplayWindow is how many of the most recent admitted training
 	// examples are kept in memory to replay (replay.go). Not in
-	// checkpoints: after a restart it refills from new samples. Memory:
+	// checkpoints as such: a restart refills it from the checkpoint's
+	// EvalTrainWindow samples (all of it while ReplayWindow ≤
+	// EvalTrainWindow), then from new samples. Memory:
 	// about 112 bytes per example beside its update and query text, which
 	// it shares with the evaluation's training window while it is no
 	// larger than EvalTrainWindow (trainer/README.md). Default: 5000.
@@ -269,6 +280,7 @@ func (c *Config) setDefaults() {
 	defi(&c.BatchSize, 256)
 	defi(&c.Ensemble, 1)
 	defi(&c.HeldoutWindow, 2000)
+	defi(&c.EvalEpochSamples, c.HeldoutWindow)
 	defi(&c.DedupWindow, 200000)
 	defi(&c.MaxCells, 100000)
 	def(&c.CheckpointInterval, 30*time.Second)
@@ -300,6 +312,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchSize < 1 || c.CheckpointEvery < 1 || c.Ensemble < 1 || c.DedupWindow < 1 || c.HeldoutWindow < 1 || c.EvalTrainWindow < 1 {
 		bad("batch size, checkpoint-every, ensemble, dedup, held-out and eval training windows must be ≥ 1")
+	}
+	if c.EvalEpochSamples < 1 {
+		bad("eval epoch samples %d: want ≥ 1 held-out samples (--eval-epoch-samples; 0: --heldout-window)", c.EvalEpochSamples)
 	}
 	if c.ReplayWindow < 1 {
 		bad("replay window %d: want ≥ 1 examples (--replay-window; to turn replays off, use --replay-ratio 0)", c.ReplayWindow)

@@ -16,10 +16,11 @@ import (
 )
 
 // Evaluation every checkpoint. After each checkpoint is saved and published,
-// the trainer scores that checkpoint's models on the held-out set (the last
-// HeldoutWindow samples of held-out groups, never trained on) and hands
-// them, with the training window (the last EvalTrainWindow trained samples,
-// on which the baselines are fitted), to the CheckpointEvaluator given with
+// the trainer scores that checkpoint's models on the evaluation set of its
+// evaluation epoch (held-out samples, never trained on, frozen for the
+// epoch: evalset.go) and hands them, with the training window (the last
+// EvalTrainWindow trained samples, on which the baselines are fitted), both
+// as the checkpoint holds them, to the CheckpointEvaluator given with
 // WithCheckpointEvaluator; `harnessflow train` gives trainer/eval's
 // (eval.CheckpointEvaluator: the five trivial baselines, group-bootstrap
 // intervals, the verdict). trainer/eval imports trainer, so the trainer
@@ -38,7 +39,9 @@ import (
 // written (to either table) is logged and counted once
 // (hf_trainer_eval_failures_total), never fatal: training and checkpoints go
 // on. On stop, the evaluation in progress or waiting finishes (at most
-// evalStopGrace after the stop) before Run returns.
+// evalStopGrace after the stop) before Run returns. After a restart the
+// restored checkpoint is evaluated again, on the set, window and weights it
+// holds: the same verdict, served again, and the same rows.
 
 // Metric names of critic_evals rows (trainer/eval's, plus the coverages);
 // critic_eval_diffs rows name the compared ones (rmse, spearman, nll,
@@ -81,8 +84,13 @@ type CheckpointEval struct {
 	// GroupKey is Config.HeldoutGroupKey: the key the held-out set was
 	// split by, and the one to resample.
 	GroupKey string
-	// Heldout are the held-out rows, oldest first; Model has the
-	// checkpoint's prediction for each, in the same order.
+	// EvalEpoch and EvalSetSHA256 name the evaluation set Heldout is: its
+	// evaluation epoch (from 1) and the sha256 of its sorted sample ids
+	// (evalset.go), the same for every checkpoint of the epoch.
+	EvalEpoch     int64
+	EvalSetSHA256 string
+	// Heldout are the held-out rows (the evaluation set), oldest first;
+	// Model has the checkpoint's prediction for each, in the same order.
 	Heldout []*schemas.LabeledSample
 	Model   []EvalPrediction
 	// Train is the recent training window, oldest first.
@@ -156,14 +164,16 @@ const (
 const AllProjects = ""
 
 // criticEvalsInsert writes critic_evals rows
-// (infra/chddl/0005_critic_evals.sql; project since 0007).
-const criticEvalsInsert = `INSERT INTO critic_evals (trainer, project, model_version, checkpoint_sha256, step, samples_trained,
-  heldout_rows, heldout_groups, predictor, metric, value, ci_low, ci_high, verdict, evaluated_at)`
+// (infra/chddl/0005_critic_evals.sql; project since 0007, eval_set_sha256
+// and eval_epoch since 0008).
+const criticEvalsInsert = `INSERT INTO critic_evals (trainer, project, model_version, checkpoint_sha256, eval_set_sha256, eval_epoch,
+  step, samples_trained, heldout_rows, heldout_groups, predictor, metric, value, ci_low, ci_high, verdict, evaluated_at)`
 
 // criticEvalDiffsInsert writes critic_eval_diffs rows
-// (infra/chddl/0006_critic_eval_diffs.sql; project since 0007).
-const criticEvalDiffsInsert = `INSERT INTO critic_eval_diffs (trainer, project, model_version, checkpoint_sha256, step, samples_trained,
-  heldout_rows, heldout_groups, metric, baseline, diff, ci_low, ci_high, verdict, checkpoint_verdict, evaluated_at)`
+// (infra/chddl/0006_critic_eval_diffs.sql; project since 0007,
+// eval_set_sha256 and eval_epoch since 0008).
+const criticEvalDiffsInsert = `INSERT INTO critic_eval_diffs (trainer, project, model_version, checkpoint_sha256, eval_set_sha256, eval_epoch,
+  step, samples_trained, heldout_rows, heldout_groups, metric, baseline, diff, ci_low, ci_high, verdict, checkpoint_verdict, evaluated_at)`
 
 // startEvals starts the evaluation goroutine (when there is an evaluator)
 // and returns the function that stops it: it lets the evaluation in
@@ -188,21 +198,22 @@ func (t *Trainer) startEvals(ctx context.Context) (stop func()) {
 	}
 }
 
-// submitEval queues ck's evaluation: the held-out set's predictions by the
-// live models (ck's weights, just saved), and snapshots of the held-out set
-// and the training window. Called by the training loop after ck is saved.
+// submitEval queues ck's evaluation: the predictions of the live models
+// (ck's weights, just saved or restored) for ck's evaluation set, and ck's
+// training window. Called by the training loop after ck is saved (and by
+// Run for the restored checkpoint, before the loop starts).
 func (t *Trainer) submitEval(ck *Checkpoint) {
 	if t.evalJobs == nil {
 		return
 	}
-	if t.heldSet.len() == 0 {
+	if ck.EvalEpoch == 0 || len(ck.EvalSet) == 0 {
 		t.log.Info().Str("model_version", ck.ModelVersion).Str("group_key", t.cfg.HeldoutGroupKey).
 			Msg("checkpoint not evaluated: no held-out samples yet (they arrive with their groups; see --heldout-fraction)")
 		return
 	}
 	job := &CheckpointEval{Trainer: t.cfg.Name, Project: t.cfg.Project, ModelVersion: ck.ModelVersion, CheckpointSHA256: ck.FileSHA256(),
 		Step: ck.Step, SamplesTrained: ck.SamplesTrained, GroupKey: t.cfg.HeldoutGroupKey,
-		Heldout: t.heldSet.snapshot(), Train: t.trainWin.snapshot()}
+		EvalEpoch: ck.EvalEpoch, EvalSetSHA256: ck.EvalSetSHA256, Heldout: ck.EvalSet, Train: ck.EvalTrain}
 	job.Model = t.predictEval(job.Heldout)
 	select {
 	case t.evalJobs <- job:
@@ -215,6 +226,21 @@ func (t *Trainer) submitEval(ck *Checkpoint) {
 		}
 		t.evalJobs <- job // only this goroutine sends, and the slot is free
 	}
+}
+
+// reevaluateRestored queues the evaluation of the checkpoint restore
+// loaded (when it holds an evaluation set), once: its weights are the live
+// ones until the training loop starts. Called by Run after startEvals,
+// before the loop.
+func (t *Trainer) reevaluateRestored() {
+	ck := t.reeval
+	t.reeval = nil
+	if ck == nil || t.evalJobs == nil {
+		return
+	}
+	t.log.Info().Str("model_version", ck.ModelVersion).Int64("eval_epoch", ck.EvalEpoch).Str("eval_set_sha256", ck.EvalSetSHA256).
+		Msg("evaluating the restored checkpoint again on the evaluation set and training window it holds: its verdict is served again")
+	t.submitEval(ck)
 }
 
 // predictEval scores rows with the live models (see EvalPrediction), a
@@ -275,7 +301,7 @@ func (t *Trainer) runEval(runCtx context.Context, job *CheckpointEval) {
 	t.serving.setVerdict(job.ModelVersion, res.Verdict)
 	t.metrics.observeEval(res)
 	ev := t.log.Info().Str("model_version", job.ModelVersion).Str("checkpoint_sha256", job.CheckpointSHA256).
-		Int64("step", job.Step).Int64("samples_trained", job.SamplesTrained).Int("heldout_rows", res.HeldoutRows).
+		Int64("eval_epoch", job.EvalEpoch).Str("eval_set_sha256", job.EvalSetSHA256).Int64("step", job.Step).Int64("samples_trained", job.SamplesTrained).Int("heldout_rows", res.HeldoutRows).
 		Int("heldout_groups", res.HeldoutGroups).Int("train_window", len(job.Train)).Str("verdict", res.Verdict)
 	for _, c := range res.Comparisons {
 		if c.Metric == EvalRMSE || c.Metric == EvalSpearman {
@@ -327,15 +353,15 @@ func (t *Trainer) writeEvals(ctx context.Context, job *CheckpointEval, res *Eval
 			if math.IsNaN(m.Value) {
 				continue
 			}
-			if err := b.Append(job.Trainer, job.Project, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
-				uint32(res.HeldoutRows), uint32(res.HeldoutGroups), m.Predictor, m.Metric, m.Value, m.Low, m.High, res.Verdict, at); err != nil {
+			if err := b.Append(job.Trainer, job.Project, job.ModelVersion, job.CheckpointSHA256, job.EvalSetSHA256, uint64(max(job.EvalEpoch, 0)),
+				uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)), uint32(res.HeldoutRows), uint32(res.HeldoutGroups), m.Predictor, m.Metric, m.Value, m.Low, m.High, res.Verdict, at); err != nil {
 				return fmt.Errorf("append critic_evals row %s/%s: %w", m.Predictor, m.Metric, err)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("write %d critic_evals rows of %s (are the critic_evals migrations, infra/chddl/0005 and 0007, applied? run `harnessflow migrate`): %w",
+		return fmt.Errorf("write %d critic_evals rows of %s (are the critic_evals migrations, infra/chddl/0005, 0007 and 0008, applied? run `harnessflow migrate`): %w",
 			len(res.Metrics), job.ModelVersion, err)
 	}
 	return nil
@@ -360,15 +386,15 @@ func (t *Trainer) writeEvalDiffs(ctx context.Context, job *CheckpointEval, res *
 			if math.IsNaN(c.Diff) {
 				continue
 			}
-			if err := b.Append(job.Trainer, job.Project, job.ModelVersion, job.CheckpointSHA256, uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)),
-				uint32(res.HeldoutRows), uint32(res.HeldoutGroups), c.Metric, c.Baseline, c.Diff, c.Low, c.High, c.Verdict, res.Verdict, at); err != nil {
+			if err := b.Append(job.Trainer, job.Project, job.ModelVersion, job.CheckpointSHA256, job.EvalSetSHA256, uint64(max(job.EvalEpoch, 0)),
+				uint64(max(job.Step, 0)), uint64(max(job.SamplesTrained, 0)), uint32(res.HeldoutRows), uint32(res.HeldoutGroups), c.Metric, c.Baseline, c.Diff, c.Low, c.High, c.Verdict, res.Verdict, at); err != nil {
 				return fmt.Errorf("append critic_eval_diffs row %s/%s: %w", c.Metric, c.Baseline, err)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("write %d critic_eval_diffs rows of %s (are the critic_eval_diffs migrations, infra/chddl/0006 and 0007, applied? run `harnessflow migrate`): %w",
+		return fmt.Errorf("write %d critic_eval_diffs rows of %s (are the critic_eval_diffs migrations, infra/chddl/0006, 0007 and 0008, applied? run `harnessflow migrate`): %w",
 			n, job.ModelVersion, err)
 	}
 	return nil

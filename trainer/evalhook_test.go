@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,8 @@ func metricValue(t *testing.T, c prometheus.Metric) float64 {
 // evalRow is one critic_evals row.
 type evalRow struct {
 	version, sha, predictor, metric, verdict string
+	set                                      string
+	epoch                                    uint64
 	step, trained                            uint64
 	rows, groups                             uint32
 	value, lo, hi                            float64
@@ -52,7 +55,7 @@ func criticEvals(t *testing.T, ch *testenv.CH, name string) []evalRow {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := ch.Conn.Query(ctx, `SELECT model_version, checkpoint_sha256, predictor, metric, verdict, step, samples_trained,
+	rows, err := ch.Conn.Query(ctx, `SELECT model_version, checkpoint_sha256, eval_set_sha256, eval_epoch, predictor, metric, verdict, step, samples_trained,
 		heldout_rows, heldout_groups, value, ci_low, ci_high FROM critic_evals FINAL WHERE trainer = ? AND project = '' ORDER BY step, predictor, metric`, name)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +64,7 @@ func criticEvals(t *testing.T, ch *testenv.CH, name string) []evalRow {
 	var out []evalRow
 	for rows.Next() {
 		var r evalRow
-		if err := rows.Scan(&r.version, &r.sha, &r.predictor, &r.metric, &r.verdict, &r.step, &r.trained, &r.rows, &r.groups, &r.value, &r.lo, &r.hi); err != nil {
+		if err := rows.Scan(&r.version, &r.sha, &r.set, &r.epoch, &r.predictor, &r.metric, &r.verdict, &r.step, &r.trained, &r.rows, &r.groups, &r.value, &r.lo, &r.hi); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, r)
@@ -75,6 +78,8 @@ func criticEvals(t *testing.T, ch *testenv.CH, name string) []evalRow {
 // diffRow is one critic_eval_diffs row.
 type diffRow struct {
 	version, sha, metric, baseline, verdict, ckVerdict string
+	set                                                string
+	epoch                                              uint64
 	step, trained                                      uint64
 	rows, groups                                       uint32
 	diff, lo, hi                                       float64
@@ -87,7 +92,7 @@ func criticEvalDiffs(t *testing.T, ch *testenv.CH, name string) []diffRow {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := ch.Conn.Query(ctx, `SELECT model_version, checkpoint_sha256, metric, baseline, verdict, checkpoint_verdict, step, samples_trained,
+	rows, err := ch.Conn.Query(ctx, `SELECT model_version, checkpoint_sha256, eval_set_sha256, eval_epoch, metric, baseline, verdict, checkpoint_verdict, step, samples_trained,
 		heldout_rows, heldout_groups, diff, ci_low, ci_high, evaluated_at FROM critic_eval_diffs FINAL WHERE trainer = ? AND project = '' ORDER BY step, metric`, name)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +101,7 @@ func criticEvalDiffs(t *testing.T, ch *testenv.CH, name string) []diffRow {
 	var out []diffRow
 	for rows.Next() {
 		var r diffRow
-		if err := rows.Scan(&r.version, &r.sha, &r.metric, &r.baseline, &r.verdict, &r.ckVerdict, &r.step, &r.trained, &r.rows, &r.groups,
+		if err := rows.Scan(&r.version, &r.sha, &r.set, &r.epoch, &r.metric, &r.baseline, &r.verdict, &r.ckVerdict, &r.step, &r.trained, &r.rows, &r.groups,
 			&r.diff, &r.lo, &r.hi, &r.at); err != nil {
 			t.Fatal(err)
 		}
@@ -134,8 +139,10 @@ func (c *failingEvalsCH) PrepareBatch(ctx context.Context, query string, opts ..
 }
 
 // TestCheckpointEvaluationWritesRowsAndSurvivesFaults: every checkpoint is
-// evaluated on held-out samples only (never trained), the evaluator's rows
-// land in critic_evals with the checkpoint's file sha256, step, samples
+// evaluated on held-out samples only (never trained), the checkpoints of one
+// evaluation epoch on the same rows, the evaluator's rows
+// land in critic_evals with the checkpoint's file sha256, its evaluation
+// set's sha256 and epoch, step, samples
 // trained and verdict, its comparisons in critic_eval_diffs (baseline,
 // paired difference and interval, the metric's and the checkpoint's
 // verdicts, the same evaluated_at), the verdict reaches the serving side; an
@@ -213,9 +220,20 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 		}
 	}
 	// Every evaluation saw held-out samples only, with the model's
-	// predictions for each, and training samples only in its window.
+	// predictions for each, and training samples only in its window; the
+	// evaluations of one epoch saw the same rows, named by their hash.
 	mu.Lock()
+	job := map[string]*CheckpointEval{}
+	epochRows := map[int64][]string{}
 	for _, in := range seen {
+		job[in.ModelVersion] = in
+		if in.EvalEpoch < 1 || in.EvalSetSHA256 != setHash(in.Heldout) {
+			t.Fatalf("evaluation of %s: epoch %d, set sha256 %q, want %s", in.ModelVersion, in.EvalEpoch, in.EvalSetSHA256, setHash(in.Heldout))
+		}
+		if ids, ok := epochRows[in.EvalEpoch]; ok && !slices.Equal(ids, idsOf(in.Heldout)) {
+			t.Fatalf("evaluation of %s: epoch %d's rows changed", in.ModelVersion, in.EvalEpoch)
+		}
+		epochRows[in.EvalEpoch] = idsOf(in.Heldout)
 		if len(in.Heldout) == 0 || len(in.Model) != len(in.Heldout) || in.GroupKey != GroupByCampaignSeed || in.CheckpointSHA256 == "" {
 			t.Fatalf("evaluation of %s: %d held out, %d predictions, key %q, sha %q", in.ModelVersion, len(in.Heldout), len(in.Model), in.GroupKey, in.CheckpointSHA256)
 		}
@@ -242,6 +260,10 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 	for v, rs := range byVersion {
 		if len(rs) != 2 || rs[0].verdict != rs[1].verdict || rs[0].sha != rs[1].sha || rs[0].step == 0 || rs[0].trained == 0 || rs[0].rows == 0 || rs[0].groups != 3 {
 			t.Fatalf("%s: rows %+v", v, rs)
+		}
+		// The evaluation set's name and epoch are the evaluation's.
+		if in := job[v]; in == nil || rs[0].set != in.EvalSetSHA256 || rs[1].set != in.EvalSetSHA256 || rs[0].epoch != uint64(in.EvalEpoch) || rs[1].epoch != rs[0].epoch {
+			t.Fatalf("%s: rows name the set %s (epoch %d), the evaluation %+v", v, rs[0].set, rs[0].epoch, in)
 		}
 		// The sha256 is the checkpoint file's (for the files still kept).
 		idx, ok := rt.tr.versionIndex(v)
@@ -281,7 +303,7 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range ds {
-			if d.sha != rs[0].sha || d.step != rs[0].step || d.trained != rs[0].trained || d.rows != rs[0].rows || d.groups != 3 ||
+			if d.sha != rs[0].sha || d.set != rs[0].set || d.epoch != rs[0].epoch || d.step != rs[0].step || d.trained != rs[0].trained || d.rows != rs[0].rows || d.groups != 3 ||
 				d.ckVerdict != rs[0].verdict || !d.at.Equal(at) {
 				t.Fatalf("%s: diff row %+v does not match its critic_evals rows %+v (evaluated at %v)", v, d, rs[0], at)
 			}
@@ -293,7 +315,7 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 			t.Fatalf("%s: spearman diff row %+v, want cell-mean 0.05 [−0.02, 0.11], no signal yet", v, r)
 		}
 	}
-	t.Logf("%d evaluations, %d checkpoints with rows (%d sha256 checked against kept files)", calls.Load(), len(byVersion), checked)
+	t.Logf("%d evaluations in %d evaluation epochs, %d checkpoints with rows (%d sha256 checked against kept files)", calls.Load(), len(epochRows), len(byVersion), checked)
 	if failures := metricValue(t, rt.tr.metrics.evalFailures); failures < 3 {
 		t.Fatalf("eval_failures_total %v, want ≥ 3 (a failure, a panic, a failed write)", failures)
 	}

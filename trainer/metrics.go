@@ -25,8 +25,10 @@ type metrics struct {
 	// The latest checkpoint evaluation (evalhook.go).
 	evalRMSEDiff, evalSpearmanDiff, evalBeats prometheus.Gauge
 	evals, evalFailures                       prometheus.Counter
-	invalid                                   *prometheus.CounterVec
-	stepSeconds, scoreSeconds                 prometheus.Histogram
+	// The evaluation epoch and its set (evalset.go).
+	evalEpoch, evalSetRows    prometheus.Gauge
+	invalid                   *prometheus.CounterVec
+	stepSeconds, scoreSeconds prometheus.Histogram
 	// commitLag is the lag per partition and lag the frontier it is
 	// computed from (lag.go).
 	commitLag *prometheus.GaugeVec
@@ -85,11 +87,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		optimizerSteps: g("optimizer_steps",
 			"Optimizer steps of ensemble member 0: steps on new samples plus replayed steps (the learning-rate schedule's clock, kept in checkpoints)."),
 		learningRate: g("learning_rate", "Learning rate of the next optimizer step (--lr-schedule)."),
-		replayWindow: g("replay_window_examples", "Admitted training examples held in the replay window (at most --replay-window; not in checkpoints)."),
+		replayWindow: g("replay_window_examples", "Admitted training examples held in the replay window (at most --replay-window; a restart refills it from the checkpoint's evaluation training window)."),
 		replayPaused: g("replay_paused", "1 while early stopping pauses replays (the held-out loss stopped improving), else 0."),
-		heldoutLoss:  g("heldout_loss", "Latest early-stopping evaluation: ensemble mean loss (NLL + CE) on the newest --early-stop-rows held-out samples."),
+		heldoutLoss:  g("heldout_loss", "Latest early-stopping evaluation: ensemble mean loss (NLL + CE) on the newest --early-stop-rows samples of the evaluation set."),
 		heldoutLossBest: g("heldout_loss_best",
-			"Lowest held-out loss of the early-stopping evaluations since the last restart or reset (+Inf before the first)."),
+			"Lowest held-out loss of the early-stopping evaluations since the last reset, on the current evaluation set (measured again when an evaluation epoch begins; +Inf before the first; kept in checkpoints)."),
 		replayed:     c("replayed_examples_total", "Examples replayed from the replay window (training passes, not admissions: not in samples_trained_total)."),
 		replaySteps:  c("replay_steps_total", "Optimizer steps on replayed examples."),
 		earlyStops:   c("early_stops_total", "Times early stopping paused replays."),
@@ -99,6 +101,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		evalBeats:    g("eval_beats_baselines", "Latest checkpoint evaluation's verdict: 1 when it beats its baselines, else 0."),
 		evals:        c("evals_total", "Checkpoint evaluations completed."),
 		evalFailures: c("eval_failures_total", "Checkpoint evaluations that failed or could not be written to critic_evals or critic_eval_diffs (once per evaluation; logged; training goes on)."),
+		evalEpoch:    g("eval_epoch", "Current evaluation epoch (from 1; 0 before the first evaluation set is frozen): checkpoints of one epoch are evaluated on the same held-out rows."),
+		evalSetRows:  g("eval_set_rows", "Held-out samples in the current evaluation epoch's set."),
 		invalid:      invalid,
 		commitLag:    commitLag,
 		stepSeconds:  h("step_seconds", "Time per training step.", prometheus.ExponentialBuckets(0.001, 2, 16)),

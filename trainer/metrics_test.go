@@ -46,7 +46,7 @@ var someTrainerMetrics = []string{"hf_trainer_step", "hf_trainer_samples_trained
 	"hf_trainer_checkpoints_total", "hf_trainer_step_seconds", "hf_trainer_score_seconds",
 	"hf_trainer_optimizer_steps", "hf_trainer_learning_rate", "hf_trainer_replay_window_examples", "hf_trainer_replay_paused",
 	"hf_trainer_heldout_loss", "hf_trainer_heldout_loss_best", "hf_trainer_replayed_examples_total", "hf_trainer_replay_steps_total",
-	"hf_trainer_early_stops_total"}
+	"hf_trainer_early_stops_total", "hf_trainer_eval_epoch", "hf_trainer_eval_set_rows"}
 
 // TestWithRegistererReceivesTheTrainersMetrics: the registerer given to the
 // trainer (as `harnessflow up` gives its shared registry) holds the

@@ -21,9 +21,11 @@ import "math"
 // (Model.Steps, the learning-rate schedule's clock), not trainer steps
 // (Trainer.step, one per batch of new samples, the rows' step).
 //
-// The window is not kept in checkpoints: after a restart it refills from
-// new samples (replays draw from whatever it holds). The replay credit, the
-// draw's random state and the early-stopping state restart too.
+// The window is not kept in checkpoints as such: a restart refills it from
+// the checkpoint's evaluation training window (the same samples, the newest
+// trained, while ReplayWindow ≤ EvalTrainWindow; evalset.go), and from new
+// samples. The early-stopping state is in checkpoints too; the replay
+// credit and the draw's random state restart.
 //
 // Replays yield to new data: a round is skipped when any new sample is
 // already waiting (the trainer is behind the stream), so a backlog or a
@@ -36,7 +38,8 @@ import "math"
 //
 // Early stopping. After each round, the ensemble's mean loss (Gaussian NLL
 // + cross-entropy, the training loss) on the newest EarlyStopRows samples
-// of the held-out set (held-out groups, never trained) is one evaluation.
+// of the evaluation set (held-out groups, never trained; fixed for an
+// evaluation epoch, evalset.go) is one evaluation.
 // When it has not improved on the best evaluation (by more than
 // earlyStopMinDelta) for EarlyStopPatience evaluations in a row, replays
 // pause; new samples still train, once each. While paused, the loss is
@@ -44,8 +47,9 @@ import "math"
 // samples bring it below the best, or at the latest once ReplayWindow new
 // samples have been admitted since the pause (the window then holds none of
 // what it held; the best is forgotten, since the held-out set has moved on
-// too). Without held-out samples there is no evaluation and replays never
-// pause.
+// too). When a new evaluation epoch begins, the best is measured again on
+// its rows (evalset.go). Without held-out samples there is no evaluation
+// and replays never pause.
 
 // earlyStopMinDelta is how much an evaluation must improve on the best to
 // count as an improvement.
@@ -209,10 +213,10 @@ func (t *Trainer) replayStep(batch []Example) (Losses, error) {
 }
 
 // heldoutLoss evaluates the ensemble's mean loss on the newest
-// EarlyStopRows samples of the held-out set (false: there are none), and
+// EarlyStopRows samples of the evaluation set (false: there are none), and
 // sets the hf_trainer_heldout_loss gauge.
 func (t *Trainer) heldoutLoss() (float64, bool) {
-	rows := t.heldSet.snapshot()
+	rows := t.evalRows()
 	if len(rows) == 0 {
 		return 0, false
 	}

@@ -123,7 +123,7 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg, behind bool
 // the same project's sample id), updates the per-(project, cell) harness
 // versions, drops the stale samples, and keeps the others
 // as held-out examples (every sample of a held-out group, heldout.go: never
-// trained; also kept in the evaluation's held-out set) or training examples
+// trained; also kept in the evaluation's held-out ring, evalset.go) or training examples
 // (also kept in the evaluation's training window).
 func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, error) {
 	var in batchIntake
@@ -176,7 +176,7 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 		ex := t.exampleOf(s)
 		if t.holdOut(s) {
 			in.held = append(in.held, ex)
-			t.heldSet.add(s)
+			t.noteHeldOut(s)
 			continue
 		}
 		t.trainWin.add(s)

@@ -94,11 +94,16 @@ type Trainer struct {
 	// foreignSeen: another project's sample was skipped (logged once).
 	foreignSeen bool
 
-	// heldSet is the held-out set of the checkpoint evaluation (the last
-	// HeldoutWindow samples of held-out groups) and trainWin the training
-	// window its baselines are fitted on (the last EvalTrainWindow trained
-	// samples); evaluator and evalJobs run it (evalhook.go).
+	// heldSet is the held-out ring (the last HeldoutWindow samples of
+	// held-out groups), evalSet the evaluation set frozen from it for the
+	// current evaluation epoch (evalset.go), and trainWin the training
+	// window the evaluation's baselines are fitted on (the last
+	// EvalTrainWindow trained samples); evaluator and evalJobs run the
+	// evaluation (evalhook.go), and reeval is the restored checkpoint to
+	// evaluate again once they run (nil: none).
 	heldSet, trainWin *ring[*schemas.LabeledSample]
+	evalSet           evalSet
+	reeval            *Checkpoint
 	// firstGroup is the group trained on although it hashes into the
 	// held-out fraction, because it came before any trained sample ("" if
 	// none); trainedAny says a sample was admitted for training (holdOut).
@@ -258,6 +263,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 	g.Go(func() error { return t.generations(gctx, cg, gens) })
 	g.Go(func() error { t.pollLag(gctx); return nil })
 	stopEvals := t.startEvals(ctx)
+	t.reevaluateRestored()
 	g.Go(func() error {
 		err := t.loop(gctx, gens, msgs)
 		cg.Close()

@@ -55,22 +55,29 @@ checkpoint directory must be its own), its critic_evals rows carry P, and /v1/sc
 Held-out evaluation: every sample of a held-out group (--heldout-group-key, default
 campaign+seed, so the sibling samples of a round stay together; --heldout-fraction of
 the groups, by hash) is never trained on. At each checkpoint the checkpoint's model is
-scored on the last --heldout-window held-out samples beside five trivial baselines
+scored on the evaluation set of its evaluation epoch, the last --heldout-window held-out
+samples as they were when the epoch began (an epoch ends once --eval-epoch-samples
+held-out samples have arrived since, or as many as the set holds while it is smaller
+than the window; critic_evals names the set by a sha256 of its sample ids and the
+epoch), beside five trivial baselines
 (median effect, majority label, per-(evolver, agent, benchmark) mean, evidence-score
 regression, and the last two together: the context regression) fitted on the last --eval-train-window trained samples, with intervals from
 --eval-resamples bootstrap resamples of the held-out groups; the rows go to ClickHouse's
 critic_evals table with the verdict ("beats baselines", or "no signal yet", always with
 fewer than --eval-min-groups held-out groups), which also ends /v1/score's "warming", and
 the paired differences model − best baseline with their intervals, which the verdict
-rests on, to critic_eval_diffs.
+rests on, to critic_eval_diffs. Checkpoints hold the evaluation set, the training
+window and the early-stopping state: a restarted trainer evaluates on the same rows,
+and evaluates the checkpoint it restored again (the same verdict, served again).
 
 Training regime: after each step on new samples the trainer replays --replay-ratio
 examples per new one, drawn from the last --replay-window admitted (training passes,
 never re-admissions: samples_trained, offsets and trainer_steps rows count each sample
 once; skipped while a full batch of new samples waits), at a learning rate that warms up
 and decays by optimizer step (--lr-schedule; the step is in checkpoints). Replays pause
-when the loss on the newest held-out samples has not improved for --early-stop-patience
-evaluations, and resume when new samples improve it or refill the window.`,
+when the loss on the newest samples of the evaluation set has not improved for
+--early-stop-patience evaluations, and resume when new samples improve it, refill the
+window or a new evaluation epoch begins.`,
 		Example: "  harnessflow train --brokers 127.0.0.1:9092 --clickhouse 127.0.0.1:9000 --checkpoint-dir ./.harnessflow/trainer",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -145,11 +152,11 @@ evaluations, and resume when new samples improve it or refill the window.`,
 	f.IntVar(&cfg.LRWarmup, "lr-warmup", d.LRWarmup, "optimizer steps of the linear learning-rate warm-up (0: none)")
 	f.IntVar(&cfg.LRDecaySteps, "lr-decay-steps", d.LRDecaySteps, "time scale of the learning-rate decay in optimizer steps after the warm-up")
 	f.Float64Var(&cfg.LRMinRatio, "lr-min-ratio", d.LRMinRatio, "floor of the learning-rate decay, a fraction of --lr (0: none)")
-	f.IntVar(&cfg.ReplayWindow, "replay-window", d.ReplayWindow, "most recent admitted training samples kept in memory to replay (about 112 bytes each beside their text, which they share with --eval-train-window's; not in checkpoints: after a restart it refills from new samples)")
+	f.IntVar(&cfg.ReplayWindow, "replay-window", d.ReplayWindow, "most recent admitted training samples kept in memory to replay (about 112 bytes each beside their text, which they share with --eval-train-window's; not in checkpoints as such: a restart refills it from the checkpoint's --eval-train-window samples)")
 	f.Float64Var(&cfg.ReplayRatio, "replay-ratio", d.ReplayRatio, "replayed examples per new training sample, drawn from --replay-window after each step on new samples: extra passes, never re-admissions (samples_trained counts each sample once); skipped while a full batch of new samples waits; 0 turns replays off")
 	f.IntVar(&cfg.ReplayBatchSize, "replay-batch-size", d.ReplayBatchSize, "most examples per replayed step (steps are the size of the new step up to this): smaller steps move the model more per replayed example and cost more CPU per example")
-	f.IntVar(&cfg.EarlyStopPatience, "early-stop-patience", d.EarlyStopPatience, "pause replays when the held-out loss (after each replay round, on the newest --early-stop-rows held-out samples) has not improved for this many evaluations; new samples always train, and replays resume when they improve it or have refilled --replay-window (0: never pause)")
-	f.IntVar(&cfg.EarlyStopRows, "early-stop-rows", d.EarlyStopRows, "newest held-out samples the early-stopping evaluation scores")
+	f.IntVar(&cfg.EarlyStopPatience, "early-stop-patience", d.EarlyStopPatience, "pause replays when the held-out loss (after each replay round, on the newest --early-stop-rows samples of the evaluation set) has not improved for this many evaluations; new samples always train, and replays resume when they improve it, have refilled --replay-window, or a new evaluation epoch begins (0: never pause; the state is in checkpoints)")
+	f.IntVar(&cfg.EarlyStopRows, "early-stop-rows", d.EarlyStopRows, "newest samples of the evaluation set the early-stopping evaluation scores")
 	f.IntVar(&cfg.Model.Buckets, "buckets", d.Model.Buckets, "hashed n-gram buckets")
 	f.IntVar(&cfg.Model.Dim, "dim", 0, "embedding width of the network (0: 16 with --structure additive, where it gives only the log-variance and the labels; 64 with mlp)")
 	f.IntVar(&cfg.Model.Hidden, "hidden", 0, "hidden layer width of the network (0: as --dim's default)")
@@ -162,8 +169,9 @@ evaluations, and resume when new samples improve it or refill the window.`,
 	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", d.HeldoutFraction, "share of groups (--heldout-group-key) whose samples are held out of training for evaluation (negative disables)")
 	f.StringVar(&cfg.EffectWeighting, "effect-weighting", d.EffectWeighting, "weight of each sample's effect in the loss: precision (its paired tasks, relative to the batch) or none")
 	f.StringVar(&cfg.HeldoutGroupKey, "heldout-group-key", d.HeldoutGroupKey, "group of the held-out split: campaign, campaign+seed or cell (a group's samples are all on one side)")
-	f.IntVar(&cfg.HeldoutWindow, "heldout-window", d.HeldoutWindow, "held-out samples kept in memory (the most recent): each checkpoint is evaluated on them")
-	f.IntVar(&cfg.EvalTrainWindow, "eval-train-window", d.EvalTrainWindow, "recent trained samples kept in memory to fit the evaluation's baselines on")
+	f.IntVar(&cfg.HeldoutWindow, "heldout-window", d.HeldoutWindow, "held-out samples kept in memory (the most recent): each evaluation epoch's set is frozen from them, and it and the samples since are in checkpoints (up to twice this many rows)")
+	f.IntVar(&cfg.EvalEpochSamples, "eval-epoch-samples", 0, "held-out samples that end an evaluation epoch: once this many have arrived since the set was frozen (or as many as it holds, while it is smaller than --heldout-window), the next set is frozen from the newest --heldout-window; checkpoints of one epoch are evaluated on the same rows (0: --heldout-window)")
+	f.IntVar(&cfg.EvalTrainWindow, "eval-train-window", d.EvalTrainWindow, "recent trained samples kept in memory and in checkpoints to fit the evaluation's baselines on")
 	f.IntVar(&evalCfg.Resamples, "eval-resamples", eval.DefaultConfig().Resamples, "bootstrap resamples of the held-out groups per checkpoint evaluation")
 	f.IntVar(&evalCfg.MinGroups, "eval-min-groups", eval.DefaultConfig().MinGroups, "fewest held-out groups a checkpoint's verdict may rest on")
 	return cmd

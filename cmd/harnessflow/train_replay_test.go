@@ -34,7 +34,7 @@ func TestTrainReplayFlags(t *testing.T) {
 	f := newTrainCmd().Flags()
 	for name, want := range map[string]string{"replay-window": "5000", "replay-ratio": "4", "replay-batch-size": "32",
 		"early-stop-patience": "5", "early-stop-rows": "256", "lr-schedule": d.LRSchedule, "lr-warmup": "20",
-		"lr-decay-steps": "1000", "lr-min-ratio": "0.1"} {
+		"lr-decay-steps": "1000", "lr-min-ratio": "0.1", "eval-epoch-samples": "0"} {
 		if fl := f.Lookup(name); fl == nil || fl.DefValue != want {
 			t.Errorf("--%s: %v, want default %s", name, fl, want)
 		}
@@ -49,12 +49,12 @@ func TestTrainRejectsBadReplayFlags(t *testing.T) {
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs([]string{"train", "--checkpoint-dir", t.TempDir(), "--listen", "off", "--nice", "0", "--device", "cpu", "--buckets", "64",
-		"--replay-window", "0", "--lr-schedule", "linear", "--replay-batch-size", "-1"})
+		"--replay-window", "0", "--lr-schedule", "linear", "--replay-batch-size", "-1", "--eval-epoch-samples", "-1"})
 	err := root.Execute()
 	if err == nil {
 		t.Fatal("train accepted --replay-window 0 and --lr-schedule linear")
 	}
-	for _, want := range []string{"--replay-window", "--replay-ratio 0", "--lr-schedule", "--replay-batch-size"} {
+	for _, want := range []string{"--replay-window", "--replay-ratio 0", "--lr-schedule", "--replay-batch-size", "--eval-epoch-samples"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q: %v", want, err)
 		}

@@ -45,9 +45,11 @@ import (
 // not run on a cluster: a cluster schema is created with the final keys. A
 // cluster migrated before 0007 keeps rejected_events_local keyed by
 // event_id and checkpoints_local by (model_version, event_id) (rebuilding
-// replicated tables is left to the operator); the columns 0007 adds to the
-// critic tables are added there too, ON CLUSTER, to each local table and
-// the Distributed one over it (addColumns).
+// replicated tables is left to the operator); the columns 0007 and 0008
+// add to the critic tables are added there too, ON CLUSTER, to each local
+// table, and the Distributed one over it is dropped and created again with
+// them (addColumns: 18.16 takes no ALTER ON CLUSTER of a Distributed table
+// on a cluster whose shards replicate).
 
 // LocalSuffix names the local, replicated table under each Distributed one.
 const LocalSuffix = "_local"

@@ -17,8 +17,18 @@ import (
 // criticEvalsCols are critic_evals' columns as the trainer writes them
 // (trainer/evalhook.go); the table has no _version, so the fixture type's
 // insert (which adds one) does not apply.
-var criticEvalsCols = []string{"trainer", "model_version", "checkpoint_sha256", "step", "samples_trained", "heldout_rows",
+var criticEvalsCols = []string{"trainer", "model_version", "checkpoint_sha256", "eval_set_sha256", "eval_epoch", "step", "samples_trained", "heldout_rows",
 	"heldout_groups", "predictor", "metric", "value", "ci_low", "ci_high", "verdict", "evaluated_at"}
+
+// fixtureEvalSet is the evaluation set (its sha256 and epoch) a fixture
+// checkpoint was evaluated on: trainer-a's two checkpoints in one epoch,
+// on the same rows.
+func fixtureEvalSet(trainer string) (string, uint64) {
+	if trainer == "trainer-a" {
+		return "set-a-3", 3
+	}
+	return "set-b-1", 1
+}
 
 // criticEvalsRows are the critic_evals rows of the fixture, the way
 // trainer/eval writes them: two trainers; trainer-a's first checkpoint has
@@ -36,7 +46,8 @@ func criticEvalsRows() [][]any {
 				if !ok {
 					continue
 				}
-				out = append(out, []any{trainer, version, "sha256-" + version, samples / 8, samples, groups * 20, groups,
+				set, epoch := fixtureEvalSet(trainer)
+				out = append(out, []any{trainer, version, "sha256-" + version, set, epoch, samples / 8, samples, groups * 20, groups,
 					pred, metric, v, v - 0.02, v + 0.03, verdict, at})
 			}
 		}
@@ -65,7 +76,7 @@ func criticEvalsRows() [][]any {
 
 // criticEvalDiffsCols are critic_eval_diffs' columns as the trainer writes
 // them (trainer/evalhook.go).
-var criticEvalDiffsCols = []string{"trainer", "model_version", "checkpoint_sha256", "step", "samples_trained", "heldout_rows",
+var criticEvalDiffsCols = []string{"trainer", "model_version", "checkpoint_sha256", "eval_set_sha256", "eval_epoch", "step", "samples_trained", "heldout_rows",
 	"heldout_groups", "metric", "baseline", "diff", "ci_low", "ci_high", "verdict", "checkpoint_verdict", "evaluated_at"}
 
 // criticEvalDiffsRows are the paired differences of the evaluations of
@@ -82,7 +93,8 @@ func criticEvalDiffsRows() [][]any {
 	var out [][]any
 	add := func(trainer, version string, samples uint64, groups uint32, ckVerdict string, at time.Time, diffs ...diff) {
 		for _, d := range diffs {
-			out = append(out, []any{trainer, version, "sha256-" + version, samples / 8, samples, groups * 20, groups,
+			set, epoch := fixtureEvalSet(trainer)
+			out = append(out, []any{trainer, version, "sha256-" + version, set, epoch, samples / 8, samples, groups * 20, groups,
 				d.metric, d.baseline, d.diff, d.low, d.high, d.verdict, ckVerdict, at})
 		}
 	}

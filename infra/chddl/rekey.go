@@ -87,12 +87,28 @@ var addedColumns = map[uint32][]addedColumn{
 		{"critic_evals", "project", "String", "trainer"},
 		{"critic_eval_diffs", "project", "String", "trainer"},
 	},
+	// The evaluation set each row was evaluated on (issue 36), in order:
+	// eval_epoch comes after the column added just before it.
+	8: {
+		{"critic_evals", "eval_set_sha256", "String", "checkpoint_sha256"},
+		{"critic_evals", "eval_epoch", "UInt64", "eval_set_sha256"},
+		{"critic_eval_diffs", "eval_set_sha256", "String", "checkpoint_sha256"},
+		{"critic_eval_diffs", "eval_epoch", "UInt64", "eval_set_sha256"},
+	},
 }
 
 // addColumns adds the columns of migration version's addedColumns that the
-// tables of database lack; on a cluster (cluster set) ON CLUSTER, to the
-// replicated local table and to the Distributed one over it. A table that
-// does not exist yet is left to the migration's CREATE. It is idempotent.
+// tables of database lack; on a cluster (cluster set) ON CLUSTER to the
+// replicated local table, and the Distributed table over it, which lacks
+// them too, is dropped ON CLUSTER for the migration's CREATE (which holds
+// them, and runs next) to create again: 18.16 refuses an ALTER ... ON
+// CLUSTER of a table that is not replicated on a cluster whose shards
+// replicate ("isn't replicated, but shard #1 is replicated according to its
+// cluster definition"). A Distributed table holds no rows of its own, and
+// harnessflow's writers insert synchronously (chx.Cluster), so none are
+// queued in it; an insert that comes while it is gone fails (stop the
+// trainers while a cluster migrates). A table that does not exist yet is
+// left to the migration's CREATE. It is idempotent.
 func addColumns(ctx context.Context, s Session, database, cluster string, version uint32) error {
 	q := QuoteIdent(database)
 	for _, c := range addedColumns[version] {
@@ -125,6 +141,13 @@ func addColumns(ctx context.Context, s Session, database, cluster string, versio
 			on := ""
 			if cluster != "" {
 				on = " ON CLUSTER " + cluster
+			}
+			if cluster != "" && tb == c.table {
+				// The Distributed table: re-created by the migration's CREATE.
+				if err := s.Exec(ctx, "DROP TABLE IF EXISTS "+q+"."+QuoteIdent(tb)+on); err != nil {
+					return &ColumnError{Version: version, Table: tb, Column: c.column, Err: err}
+				}
+				continue
 			}
 			stmt := "ALTER TABLE " + q + "." + QuoteIdent(tb) + on + " ADD COLUMN " + QuoteIdent(c.column) + " " + c.typ + " AFTER " + QuoteIdent(c.after)
 			if err := s.Exec(ctx, stmt); err != nil {
@@ -284,8 +307,8 @@ func rebuildStatements(q, name, orderBy string) []string {
 // printedStatement is stmt of file f as Print writes it for an empty
 // database: a CREATE TABLE of an earlier file whose table a later file
 // creates again is that later file's (0003's cell_scores is 0004's; 0001's
-// rejected_events and checkpoints and 0005's and 0006's critic tables are
-// 0007's), and one that a later migration rebuilds without creating it
+// rejected_events and checkpoints are 0007's; 0005's, 0006's and 0007's
+// critic tables are 0008's), and one that a later migration rebuilds without creating it
 // (0004's event tables) gets that migration's sort key, so that the printed
 // schema is what Migrate leaves and needs no DROP or ALTER.
 func printedStatement(f File, stmt, database string, d Dialect) string {

@@ -106,7 +106,7 @@ func TestDeadLettersAndCheckpointsKeepTheirProject(t *testing.T) {
 // TestMigrate0007UpgradesADatabaseWithRows: a database migrated through
 // 0006 (rejected_events keyed by event_id, checkpoints by (model_version,
 // event_id), critic tables without project) and holding rows is upgraded
-// by Migrate, on both engines: only 0007 is applied, every row survives
+// by Migrate, on both engines: 0007 (and 0008 after it) is applied, every row survives
 // with its _version, the two tables are rebuilt with project
 // leading their keys and no copy is left behind, the critic tables' old
 // rows read project "", the trainer writes the new column, and a second
@@ -144,8 +144,8 @@ func TestMigrate0007UpgradesADatabaseWithRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Join(res.Applied, ",") != "0007_tenant_keys.sql" {
-				t.Errorf("applied %v, want 0007 alone", res.Applied)
+			if strings.Join(res.Applied, ",") != "0007_tenant_keys.sql,0008_critic_eval_sets.sql" {
+				t.Errorf("applied %v, want 0007 and 0008", res.Applied)
 			}
 			if got := counts(); got != before {
 				t.Errorf("rows after the upgrade: %s, before: %s", got, before)
@@ -184,7 +184,8 @@ func TestMigrate0007UpgradesADatabaseWithRows(t *testing.T) {
 
 // asOf0006 leaves e's database as a binary with migrations 0001-0006 left
 // it: Migrate, then the two tables 0007 rebuilds re-created with 0001's
-// keys, the critic tables without project, and a ledger that ends at 0006.
+// keys, the critic tables without project (nor 0008's columns), and a
+// ledger that ends at 0006.
 func asOf0006(ctx context.Context, t *testing.T, e engine) {
 	t.Helper()
 	if _, err := chddl.Migrate(ctx, e.s, e.db); err != nil {
@@ -199,6 +200,7 @@ func asOf0006(ctx context.Context, t *testing.T, e engine) {
 			e.exec(t, s)
 		}
 	}
+	dropEvalSetColumns(t, e)
 	e.exec(t, "ALTER TABLE {db}.critic_evals DROP COLUMN project")
 	e.exec(t, "ALTER TABLE {db}.critic_eval_diffs DROP COLUMN project")
 	e.exec(t, "DROP TABLE {db}.schema_migrations")
