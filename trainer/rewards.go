@@ -69,6 +69,9 @@ type Rewards struct {
 	CheckpointSHA256 string  `json:"checkpoint_sha256"`
 	Warming          bool    `json:"warming"`
 	Lambda           float64 `json:"lambda"`
+	// Features names the feature set of the model that answered
+	// (FeatureSet), as /v1/score's answers do.
+	Features string `json:"features"`
 	// Unsplit lists the indices of the items whose query does not contain
 	// their (non-empty) prompt: their whole query was scored as the
 	// update. Empty when every item split.
@@ -231,6 +234,7 @@ func (t *Trainer) handleRewards(w http.ResponseWriter, r *http.Request) {
 		ModelVersion: a.version, CheckpointSHA256: a.sha256, Warming: a.warming, Lambda: t.cfg.Lambda, Unsplit: unsplit}
 	for i, s := range scores {
 		out.Rewards[i], out.Effects[i] = s.Reward, s.Effect
+		out.Features = s.Features
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -115,4 +115,7 @@ func TestAnswersNameTheFeatureSet(t *testing.T) {
 	if s.Features != FeatureSet(tr.models[0].Config()) || !strings.HasPrefix(s.Features, "additive(rank") {
 		t.Fatalf("features %q, want the served model's %q", s.Features, FeatureSet(tr.models[0].Config()))
 	}
+	if r := rewardsAt(t, srv.Client(), srv.URL, ""); r.Features != s.Features {
+		t.Fatalf("/v1/rewards names features %q, /v1/score %q", r.Features, s.Features)
+	}
 }
