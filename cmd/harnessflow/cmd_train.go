@@ -37,7 +37,7 @@ row per step to ClickHouse (with --cluster NAME through a ClickHouse cluster's
 Distributed tables) and an atomic checkpoint every --checkpoint-every steps or
 --checkpoint-interval, holding the Kafka offsets of the trained frontier: after a crash
 it resumes from the newest valid checkpoint, so no sample is lost or trained twice.
-POST /v1/score on --listen scores a candidate update (reward = mean - lambda*std),
+POST /v1/score on --listen scores a candidate update (reward = effect - lambda*model_std),
 and POST /v1/rewards scores a batch as a remote reward model (OpenRLHF's and
 LightRFT's protocol; trainer/README.md); with --score-token-file both require
 "Authorization: Bearer TOKEN", and with
