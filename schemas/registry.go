@@ -37,7 +37,27 @@ type Registry struct {
 	ids     map[string]int32      // subject "\x00" fingerprint -> id
 	writers map[int32]*writerInfo // id -> resolved writer schema
 	fetches singleflight.Group    // writer schema fetches by id
+	// refused remembers, for refusedTTL, the ids the registry does not
+	// have (or whose schema does not resolve), so that a stream of records
+	// naming unknown ids (one hostile or broken producer of one project,
+	// on a processor every project shares) costs one registry request per
+	// id per refusedTTL, not one per record. At most maxRefused ids.
+	refused map[int32]refusal
 }
+
+// refusal is a remembered permanent lookup failure of one id.
+type refusal struct {
+	err   error
+	until time.Time
+}
+
+// refusedTTL is how long an id the registry refused stays refused without
+// asking again (an id registered meanwhile is seen after it); maxRefused
+// bounds the ids remembered (beyond it the memory starts afresh).
+const (
+	refusedTTL = time.Minute
+	maxRefused = 4096
+)
 
 // writerInfo is a registry schema resolved to an event type.
 type writerInfo struct {
@@ -226,18 +246,27 @@ func (r *Registry) AppendEncodeConfluent(ctx context.Context, dst []byte, ev Eve
 func (r *Registry) writer(ctx context.Context, id int32) (*writerInfo, error) {
 	r.mu.RLock()
 	w := r.writers[id]
+	no, refused := r.refused[id]
 	r.mu.RUnlock()
 	if w != nil {
 		return w, nil
 	}
+	if refused && time.Now().Before(no.until) {
+		return nil, no.err
+	}
 	v, err, _ := r.fetches.Do(strconv.FormatInt(int64(id), 10), func() (any, error) {
 		text, err := r.SchemaByID(ctx, int(id))
 		if err != nil {
+			if errors.Is(err, ErrSchemaNotFound) {
+				r.refuse(id, err)
+			}
 			return nil, err
 		}
 		w, err := resolveWriter(text)
 		if err != nil {
-			return nil, fmt.Errorf("schema id %d: %w", id, err)
+			err = fmt.Errorf("schema id %d: %w", id, err)
+			r.refuse(id, err)
+			return nil, err
 		}
 		r.mu.Lock()
 		r.writers[id] = w
@@ -248,6 +277,16 @@ func (r *Registry) writer(ctx context.Context, id int32) (*writerInfo, error) {
 		return nil, err
 	}
 	return v.(*writerInfo), nil
+}
+
+// refuse remembers that id was refused with err (see Registry.refused).
+func (r *Registry) refuse(id int32, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refused == nil || len(r.refused) >= maxRefused {
+		r.refused = map[int32]refusal{}
+	}
+	r.refused[id] = refusal{err: err, until: time.Now().Add(refusedTTL)}
 }
 
 // resolveWriter finds the event type of a writer schema: a compiled-in

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -26,6 +27,8 @@ type fakeRegistry struct {
 	subjects map[string][]int
 	gets     int
 	posts    int
+	// arrived counts requests as they arrive, before they wait for mu.
+	arrived atomic.Int32
 }
 
 func newFakeRegistry(t testing.TB) (*fakeRegistry, *httptest.Server) {
@@ -47,6 +50,7 @@ func (f *fakeRegistry) add(subject, schema string) int {
 }
 
 func (f *fakeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.arrived.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w.Header().Set("Content-Type", registryContentType)
@@ -245,16 +249,26 @@ func TestRegistryConcurrentLookupsShareOneRequest(t *testing.T) {
 	dec := &Decoder{Registry: NewRegistry(srv.URL, nil)}
 	f.mu.Lock() // hold the registry until every goroutine waits on it
 	var wg sync.WaitGroup
+	var started atomic.Int32
 	errs := make(chan error, 16)
 	for range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			started.Add(1)
 			_, err := dec.Decode(context.Background(), msg)
 			errs <- err
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The first lookup's request is held at the registry, and every
+	// goroutine has begun its lookup while it is.
+	// (testenv.WaitFor cannot be used here: testenv imports schemas.)
+	for deadline := time.Now().Add(30 * time.Second); f.arrived.Load() < 1 || started.Load() < 16; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			f.mu.Unlock()
+			t.Fatalf("after 30 s: %d requests at the registry, %d lookups started", f.arrived.Load(), started.Load())
+		}
+	}
 	f.mu.Unlock()
 	wg.Wait()
 	close(errs)
@@ -312,5 +326,43 @@ func TestRegistryBasicAuthFromURL(t *testing.T) {
 	_, err = (&Decoder{Registry: NewRegistry(strings.Replace(down.URL, "http://", "http://hf:s3cret@", 1), nil)}).Decode(context.Background(), msg)
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("unreachable registry: %v", err)
+	}
+}
+
+// Records naming an id the registry does not have cost one request per id
+// per refusedTTL, not one per record: a producer of one project cannot turn
+// the shared processors into a flood of registry requests.
+func TestRegistryRemembersUnknownIDs(t *testing.T) {
+	f, srv := newFakeRegistry(t)
+	dec := &Decoder{Registry: NewRegistry(srv.URL, nil)}
+	single, _ := Encode(fixturesV1()[TypeTaskAttempt])
+	for range 50 {
+		msg := append(binary.BigEndian.AppendUint32([]byte{ConfluentMagic}, 999), single[10:]...)
+		if _, err := dec.Decode(context.Background(), msg); !errors.Is(err, ErrSchemaNotFound) {
+			t.Fatalf("unknown id: %v, want ErrSchemaNotFound", err)
+		}
+	}
+	f.mu.Lock()
+	gets := f.gets
+	f.mu.Unlock()
+	if gets != 1 {
+		t.Fatalf("%d GETs for 50 records of one unknown id, want 1", gets)
+	}
+	// Once the refusal has lapsed the registry is asked again: an id
+	// registered meanwhile is found.
+	reg := dec.Registry
+	reg.mu.Lock()
+	no := reg.refused[999]
+	no.until = time.Now().Add(-time.Second)
+	reg.refused[999] = no
+	reg.mu.Unlock()
+	msg := append(binary.BigEndian.AppendUint32([]byte{ConfluentMagic}, 999), single[10:]...)
+	if _, err := dec.Decode(context.Background(), msg); !errors.Is(err, ErrSchemaNotFound) {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gets != 2 {
+		t.Fatalf("%d GETs after the refusal lapsed, want 2", f.gets)
 	}
 }
