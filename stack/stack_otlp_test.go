@@ -68,12 +68,9 @@ func TestUpOTLPTraceReachesClickHouse(t *testing.T) {
 	)
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("ClickHouse: %s did not happen: %d attempts, %d skill events of cell otlp-e2e", what, scalar(attempts), scalar(skills))
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		testenv.WaitFor(t, waitBudget(ctx), "ClickHouse: "+what, func() (bool, string) {
+			return cond(), fmt.Sprintf("%d attempts, %d skill events of cell otlp-e2e", scalar(attempts), scalar(skills))
+		})
 	}
 
 	postOTLP(t, ep)
@@ -202,19 +199,11 @@ func TestUpOTLPSpansOnlyCellReachesViews(t *testing.T) {
 		rejected = "SELECT count() FROM %s.rejected_events FINAL WHERE position(message, 'otlp-alone') > 0"
 		starts   = "SELECT countIf(kind = 'started') * 10 + countIf(kind = 'finished') FROM %s.cells FINAL WHERE cell_id = 'otlp-alone'"
 	)
-	// Stop waiting early enough to say what ClickHouse holds.
-	wait, stopWaiting := context.WithCancel(ctx)
-	if at, ok := ctx.Deadline(); ok {
-		wait, stopWaiting = context.WithDeadline(ctx, at.Add(-15*time.Second))
-	}
-	defer stopWaiting()
-	for scalar(scored) == 0 || scalar(rounds) == 0 || scalar(skills) == 0 {
-		if wait.Err() != nil {
-			t.Fatalf("the spans-only cell did not reach the views: v_cell_scores %d, round_metrics %d, v_skill_activation %d rows; %d dead letters",
+	testenv.WaitFor(t, waitBudget(ctx), "the spans-only cell in the views", func() (bool, string) {
+		return scalar(scored) > 0 && scalar(rounds) > 0 && scalar(skills) > 0,
+			fmt.Sprintf("v_cell_scores %d, round_metrics %d, v_skill_activation %d rows; %d dead letters",
 				scalar(scored), scalar(rounds), scalar(skills), scalar(rejected))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	})
 	var campaign, route string
 	var n uint64
 	var pass, passFinal float64
@@ -232,4 +221,14 @@ func TestUpOTLPSpansOnlyCellReachesViews(t *testing.T) {
 	if r := scalar(rejected); r != 0 {
 		t.Errorf("%d dead letters of the spans-only cell, want none", r)
 	}
+}
+
+// waitBudget is how long a wait may take: until 15 s before ctx's
+// deadline (so the failure can still say what ClickHouse holds), or 3
+// minutes without one.
+func waitBudget(ctx context.Context) time.Duration {
+	if at, ok := ctx.Deadline(); ok {
+		return max(time.Until(at)-15*time.Second, time.Second)
+	}
+	return 3 * time.Minute
 }
