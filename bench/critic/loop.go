@@ -360,25 +360,11 @@ func measureLoop(score func([]*trainer.Input) []float64, rounds []round, resampl
 	return p
 }
 
-// pairAccuracy is the share of the pairs of one round whose lifts differ
-// that score orders the same way (a tie in score counts one half); ok is
-// false when no pair's lifts differ.
+// pairAccuracy is the within-round pairwise accuracy of score against
+// lift in one round (eval.PairCounts); ok is false when no pair's lifts
+// differ.
 func pairAccuracy(score, lift []float64) (float64, bool) {
-	var right, n float64
-	for i := range lift {
-		for j := i + 1; j < len(lift); j++ {
-			if lift[i] == lift[j] {
-				continue
-			}
-			n++
-			switch d := (score[i] - score[j]) * (lift[i] - lift[j]); {
-			case d > 0:
-				right++
-			case d == 0:
-				right += 0.5
-			}
-		}
-	}
+	right, n := eval.PairCounts(score, lift)
 	if n == 0 {
 		return 0, false
 	}

@@ -151,6 +151,28 @@ type Report struct {
 	Note    string
 }
 
+// PairCounts counts the pairs of one round's candidates whose true
+// figures differ (n) and, of those, the ones pred orders as truth does
+// (right; a tie in pred counts one half): the within-round pairwise
+// accuracy is right/n.
+func PairCounts(pred, truth []float64) (right, n float64) {
+	for i := range truth {
+		for j := i + 1; j < len(truth); j++ {
+			if truth[i] == truth[j] {
+				continue
+			}
+			n++
+			switch d := (pred[i] - pred[j]) * (truth[i] - truth[j]); {
+			case d > 0:
+				right++
+			case d == 0:
+				right += 0.5
+			}
+		}
+	}
+	return right, n
+}
+
 // RoundOf is a held-out row's round: the rows of one (project, campaign,
 // seed, agent, benchmark, cycle), the updates of different evolvers
 // written after the same round of the same tasks, which an evolver's
@@ -169,22 +191,15 @@ func pairCounts(rows []int, round []int, y []float64, mean func(i int) float64) 
 	for _, i := range rows {
 		byRound[round[i]] = append(byRound[round[i]], i)
 	}
+	pred, truth := []float64{}, []float64{}
 	for _, rs := range byRound {
-		for a := 0; a < len(rs); a++ {
-			for b := a + 1; b < len(rs); b++ {
-				i, j := rs[a], rs[b]
-				if y[i] == y[j] {
-					continue
-				}
-				n++
-				switch d := (mean(i) - mean(j)) * (y[i] - y[j]); {
-				case d > 0:
-					right++
-				case d == 0:
-					right += 0.5
-				}
-			}
+		pred, truth = pred[:0], truth[:0]
+		for _, i := range rs {
+			pred, truth = append(pred, mean(i)), append(truth, y[i])
 		}
+		r, k := PairCounts(pred, truth)
+		right += r
+		n += k
 	}
 	return right, n
 }
