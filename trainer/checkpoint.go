@@ -139,12 +139,17 @@ type CheckpointStore struct {
 	keep int
 	log  zerolog.Logger
 	// PinRetention keeps a checkpoint beyond the newest Keep for this long
-	// after its last Pin (a request that pinned its version). 0: pins do
-	// not retain.
+	// after its last Pin (a request that pinned its version), at most
+	// MaxPinnedKept of them. 0: pins do not retain.
 	PinRetention time.Duration
 	// mu orders Pin (serving) with prune (training).
 	mu sync.Mutex
 }
+
+// MaxPinnedKept bounds the pinned checkpoints kept beyond the newest Keep
+// (the newest pinned ones stay): a client that pins every version as it is
+// published cannot fill the disk.
+const MaxPinnedKept = 8
 
 // pinSuffix names a checkpoint's pin marker: its mtime is its last Pin.
 const pinSuffix = ".pinned"
@@ -305,14 +310,20 @@ func (s *CheckpointStore) prune() {
 	defer s.mu.Unlock()
 	l, _ := s.list()
 	now := time.Now()
+	pinned := 0
 	for i, idx := range l {
 		path := filepath.Join(s.dir, FileName(idx))
-		if until := s.pinnedUntil(path); i >= s.keep && !now.Before(until) {
-			_ = os.Remove(path)
-			_ = os.Remove(path + pinSuffix)
-		} else if i >= s.keep {
-			s.log.Debug().Str("checkpoint", path).Time("pinned_until", until).Msg("kept beyond --checkpoint-keep: a request pinned its version")
+		if i < s.keep {
+			continue
 		}
+		until := s.pinnedUntil(path)
+		if now.Before(until) && pinned < MaxPinnedKept {
+			pinned++
+			s.log.Debug().Str("checkpoint", path).Time("pinned_until", until).Msg("kept beyond --checkpoint-keep: a request pinned its version")
+			continue
+		}
+		_ = os.Remove(path)
+		_ = os.Remove(path + pinSuffix)
 	}
 	ents, _ := os.ReadDir(s.dir)
 	for _, e := range ents {

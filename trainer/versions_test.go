@@ -119,3 +119,36 @@ func TestAnswersNameTheFeatureSet(t *testing.T) {
 		t.Fatalf("/v1/rewards names features %q, /v1/score %q", r.Features, s.Features)
 	}
 }
+
+// At most MaxPinnedKept pinned checkpoints are kept beyond --checkpoint-keep:
+// a client pinning every version cannot fill the disk.
+func TestPinnedCheckpointsAreBounded(t *testing.T) {
+	tr, err := freshTrainer(t, Config{Name: "b", CheckpointKeep: 1, PinRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pinned []*Checkpoint
+	for range MaxPinnedKept + 3 {
+		trainStep(t, tr)
+		ck := publishCheckpoint(t, tr)
+		if err := tr.store.Pin(ck.Index); err != nil {
+			t.Fatal(err)
+		}
+		pinned = append(pinned, ck)
+	}
+	trainStep(t, tr)
+	publishCheckpoint(t, tr)
+	kept := 0
+	for i, ck := range pinned {
+		_, err := os.Stat(ck.Path())
+		if err == nil {
+			kept++
+		}
+		if newest := i >= len(pinned)-MaxPinnedKept; newest != (err == nil) {
+			t.Errorf("pinned checkpoint %d of %d: kept %v, want %v (the newest %d pinned stay)", i+1, len(pinned), err == nil, newest, MaxPinnedKept)
+		}
+	}
+	if kept != MaxPinnedKept {
+		t.Fatalf("%d pinned checkpoints kept, want %d", kept, MaxPinnedKept)
+	}
+}

@@ -142,7 +142,7 @@ window or a new evaluation epoch begins.`,
 	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", d.CheckpointEvery, "checkpoint every N steps")
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", d.CheckpointInterval, "checkpoint at least this often while consuming")
 	f.IntVar(&cfg.CheckpointKeep, "checkpoint-keep", d.CheckpointKeep, "checkpoints kept on disk")
-	f.DurationVar(&cfg.PinRetention, "pin-retention", d.PinRetention, "keep a checkpoint beyond --checkpoint-keep for this long after the last request that pinned its version (?model_version=)")
+	f.DurationVar(&cfg.PinRetention, "pin-retention", d.PinRetention, "keep a checkpoint beyond --checkpoint-keep for this long after the last request that pinned its version (?model_version=; at most the 8 newest pinned)")
 	f.Float64Var(&cfg.Lambda, "lambda", d.Lambda, "reward = effect - lambda*model_std, model_std the ensemble members' disagreement (0 with --ensemble 1): 0 rewards the predicted effect itself")
 	f.IntVar(&cfg.MaxStaleness, "max-staleness", 0, "drop samples staler than this many harness versions (0 = off)")
 	f.IntVar(&cfg.Ensemble, "ensemble", d.Ensemble, "train K models with different seeds; /v1/score answers their mean and majority vote")
