@@ -9,9 +9,12 @@ import (
 )
 
 // CutProxy forwards TCP connections to a target and cuts some of them in the
-// middle: each of its first Cuts connections is closed (both ways) once the
-// client has sent more than After bytes on it, as a server restarting in
-// the middle of a session closes it. Later connections pass untouched.
+// middle: a connection on which the client has sent After bytes is closed
+// (both ways) while cuts remain, as a server restarting in the middle of a
+// session closes it. A cut is spent only by a connection that reaches After
+// bytes, so a short connection (a ping, a pooled connection closed early)
+// cannot use one up without being cut; once they are spent every
+// connection passes untouched.
 type CutProxy struct {
 	// Addr is the proxy's host:port.
 	Addr string
@@ -27,8 +30,8 @@ type CutProxy struct {
 	closed bool
 }
 
-// StartCutProxy starts a proxy to target that cuts its first cuts
-// connections after after client bytes; it stops when the test ends.
+// StartCutProxy starts a proxy to target that cuts the first cuts
+// connections to carry after client bytes; it stops when the test ends.
 func StartCutProxy(t testing.TB, target string, cuts int, after int64) *CutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -90,23 +93,35 @@ func (p *CutProxy) serve(client net.Conn) {
 		p.track(client, false)
 		p.track(server, false)
 	}()
-	limit := int64(-1)
-	if p.left.Add(-1) >= 0 {
-		limit = p.after
-	}
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(client, server); done <- struct{}{} }()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if limit < 0 {
-			_, _ = io.Copy(server, client)
-			return
+		if p.left.Load() > 0 {
+			if n, err := io.CopyN(server, client, p.after); err != nil || n < p.after {
+				return
+			}
+			if p.take() {
+				p.cut.Add(1)
+				return
+			}
 		}
-		if n, err := io.CopyN(server, client, limit); err == nil && n == limit {
-			p.cut.Add(1)
-		}
+		_, _ = io.Copy(server, client)
 	}()
 	<-done // either way ending ends the connection
+}
+
+// take spends one cut if any is left.
+func (p *CutProxy) take() bool {
+	for {
+		n := p.left.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.left.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 func (p *CutProxy) close() {

@@ -42,7 +42,7 @@ func TestStopWhileConnectingIsClean(t *testing.T) {
 
 // TestSinkWaitsOutClickHouseGoingAwayWhileMigrating: ClickHouse closes the
 // sink's connection in the middle of its start-up migrations, twice (a
-// proxy cuts the first two connections, as a server restarting under a
+// proxy cuts the first two connections to carry 4 KiB, as a server restarting under a
 // starting sink did in the fleet test, where the sink then exited 1). The
 // sink connects again, finishes migrating, and writes what it reads.
 func TestSinkWaitsOutClickHouseGoingAwayWhileMigrating(t *testing.T) {
