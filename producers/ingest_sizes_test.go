@@ -17,6 +17,7 @@ import (
 // an id over the name cap, and accepts an event of ~3 MB (under the 4 MiB
 // event cap), which its producer's old 1000000-byte batch refused with a 400.
 func TestGatewayAtTheCaps(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	srv, err := ingest.New(ingest.Config{Brokers: []string{b.Addr()}, Listen: "127.0.0.1:0", Tokens: map[string]string{"tok": "proj"}})
 	if err != nil {

@@ -69,6 +69,7 @@ func readBack(t *testing.T, ctx context.Context, addr string) (map[string]schema
 }
 
 func TestEmitFlushDeliversEveryEventKeyed(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}, BatchSize: 100})
@@ -122,6 +123,7 @@ func TestEmitFlushDeliversEveryEventKeyed(t *testing.T) {
 }
 
 func TestEmitFillsEnvelope(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	now := time.Date(2026, 6, 1, 10, 0, 0, 123456789, time.UTC)
@@ -171,6 +173,7 @@ func deadAddr(t *testing.T) string {
 }
 
 func TestFailFastReturnsErrBufferFull(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var reported []error
 	const bufferSize, batchSize = 2, 1
@@ -224,6 +227,7 @@ func TestFailFastReturnsErrBufferFull(t *testing.T) {
 }
 
 func TestCloseLosesNothing(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}, BufferSize: 500, BatchSize: 200})
@@ -263,6 +267,7 @@ func TestCloseLosesNothing(t *testing.T) {
 }
 
 func TestInvalidEventRejectedWithFieldError(t *testing.T) {
+	t.Parallel()
 	p, err := producers.New(producers.Config{Brokers: []string{deadAddr(t)}})
 	if err != nil {
 		t.Fatal(err)
@@ -314,6 +319,7 @@ func TestInvalidEventRejectedWithFieldError(t *testing.T) {
 }
 
 func TestDeliveryErrorReportedWhenBrokerGone(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	var mu sync.Mutex
@@ -360,6 +366,7 @@ func TestDeliveryErrorReportedWhenBrokerGone(t *testing.T) {
 }
 
 func TestEmitSyncAllOrNothing(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})
@@ -392,6 +399,7 @@ func TestEmitSyncAllOrNothing(t *testing.T) {
 // events or a flush, not only by its timer. A buffer smaller than a batch
 // must not stall either.
 func TestBatchesGoOutWithoutTheTimer(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	for _, c := range []struct{ buffer, batch int }{{1000, 100}, {10, 100}} {
 		ctx := ctxT(t, 30*time.Second)
@@ -432,6 +440,7 @@ func TestBatchesGoOutWithoutTheTimer(t *testing.T) {
 // with must then reach the next Flush (or Close), not vanish with the reply
 // nobody reads any more.
 func TestFlushThatGaveUpLeavesTheFailures(t *testing.T) {
+	t.Parallel()
 	p, err := producers.New(producers.Config{
 		Brokers: []string{deadAddr(t)}, MaxElapsedTime: 300 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
 	})
@@ -465,6 +474,7 @@ func TestFlushThatGaveUpLeavesTheFailures(t *testing.T) {
 // batches it holds, one partition after another, for tens of seconds. Close
 // returns once its ctx ends, with the events reported failed.
 func TestCloseHonoursItsDeadline(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	c := b.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {

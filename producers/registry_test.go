@@ -48,6 +48,7 @@ func produceAll(t *testing.T, evs []schemas.Event, opts ...producers.Option) []k
 }
 
 func TestWithSchemaRegistryWritesConfluentFraming(t *testing.T) {
+	t.Parallel()
 	reg := producerstest.NewRegistry(t)
 	evs := producerstest.Mixed(70, "proj")
 	msgs := produceAll(t, evs, producers.WithSchemaRegistry(schemas.NewRegistry(reg.URL, nil)))
@@ -88,6 +89,7 @@ func TestWithSchemaRegistryWritesConfluentFraming(t *testing.T) {
 }
 
 func TestWithoutSchemaRegistryWritesSingleObject(t *testing.T) {
+	t.Parallel()
 	evs := producerstest.Mixed(14, "proj")
 	msgs := produceAll(t, evs)
 	want := map[string][]byte{}
@@ -110,6 +112,7 @@ func TestWithoutSchemaRegistryWritesSingleObject(t *testing.T) {
 }
 
 func TestSchemaRegistryDownIsNotAnInvalidEvent(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

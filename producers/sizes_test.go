@@ -34,6 +34,7 @@ func bigUpdate(id string, sizes ...int) *schemas.HarnessUpdate {
 // With the old 1000000-byte default batch the first was refused by Emit
 // (too_large) and the second could never be sent.
 func TestEventsAtTheCapsAreDelivered(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	lim := schemas.DefaultLimits()
@@ -90,6 +91,7 @@ func TestEventsAtTheCapsAreDelivered(t *testing.T) {
 // TestBatchBytesAgreeWithTheCaps: the default batch holds an event at the
 // schemas event cap and stays under the topics' max.message.bytes.
 func TestBatchBytesAgreeWithTheCaps(t *testing.T) {
+	t.Parallel()
 	d := producers.DefaultConfig()
 	if d.BatchBytes < int64(schemas.DefaultLimits().Event)+1024 {
 		t.Errorf("default batch bytes %d, below the %d-byte event cap", d.BatchBytes, schemas.DefaultLimits().Event)

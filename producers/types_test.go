@@ -16,6 +16,7 @@ import (
 // pipeline's derived types with an error naming the type (ErrInternalType,
 // ErrInvalidEvent); a Producer made WithInternalTypes emits them.
 func TestDerivedTypesNeedWithInternalTypes(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -20,6 +20,7 @@ func expectTooLarge(t *testing.T, ev Event, field string) {
 }
 
 func TestEveryIDAndNameFieldIsCapped(t *testing.T) {
+	t.Parallel()
 	for typ, ev := range fixturesV1() {
 		ti := infos[typ]
 		if err := Validate(ev, DefaultLimits()); err != nil {
@@ -65,6 +66,7 @@ func TestEveryIDAndNameFieldIsCapped(t *testing.T) {
 // TestNameCapList pins which string fields are free text (not capped as
 // names): a new string field is an id or a name unless it is listed here.
 func TestNameCapList(t *testing.T) {
+	t.Parallel()
 	var prose []string
 	for _, typ := range AllTypes {
 		for _, f := range infos[typ].fields {
@@ -83,6 +85,7 @@ func TestNameCapList(t *testing.T) {
 }
 
 func TestNameCapAtTheLimitIsValid(t *testing.T) {
+	t.Parallel()
 	ev := fixturesV1()[TypeTaskAttempt].(*TaskAttempt)
 	ev.CellID, ev.TaskID, ev.EventID = tooLong[:256], tooLong[:256], tooLong[:256]
 	if err := Validate(ev, DefaultLimits()); err != nil {

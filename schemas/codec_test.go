@@ -45,6 +45,7 @@ func allFixtures() []Event {
 // TestHandCodecMatchesGoavro cross-checks the hand-written codec against
 // goavro, the reference implementation, in both directions.
 func TestHandCodecMatchesGoavro(t *testing.T) {
+	t.Parallel()
 	for _, ev := range allFixtures() {
 		t.Run(string(ev.Type()), func(t *testing.T) {
 			ti := infos[ev.Type()]
@@ -124,6 +125,7 @@ func rabinSpec(buf []byte) uint64 {
 }
 
 func TestFingerprintIsRabinOfCanonicalForm(t *testing.T) {
+	t.Parallel()
 	for _, typ := range AllTypes {
 		sv := infos[typ].current
 		canon := sv.codec.CanonicalSchema()
@@ -141,6 +143,7 @@ func TestFingerprintIsRabinOfCanonicalForm(t *testing.T) {
 }
 
 func TestRoundTripEveryType(t *testing.T) {
+	t.Parallel()
 	for _, ev := range allFixtures() {
 		t.Run(string(ev.Type()), func(t *testing.T) {
 			want := withDerivedID(ev)
@@ -176,6 +179,7 @@ func TestRoundTripEveryType(t *testing.T) {
 }
 
 func TestEncodeDoesNotModifyAndAppends(t *testing.T) {
+	t.Parallel()
 	ev := &CellFinished{CellID: "c", Status: CellAborted}
 	prefix := []byte("keep")
 	b, err := AppendEncode(prefix, ev)
@@ -200,6 +204,7 @@ func TestEncodeDoesNotModifyAndAppends(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
 	good, _ := Encode(fixturesV1()[TypeTaskAttempt])
 	cases := []struct {
 		name string
@@ -254,6 +259,7 @@ const v0TaskAttempt = `{"type":"record","name":"TaskAttempt","namespace":"dev.ha
  {"name":"legacy_note","type":"string"}]}`
 
 func TestResolveOlderWriterSchema(t *testing.T) {
+	t.Parallel()
 	w, err := resolveWriter(v0TaskAttempt)
 	if err != nil {
 		t.Fatal(err)
@@ -289,6 +295,7 @@ func TestResolveOlderWriterSchema(t *testing.T) {
 }
 
 func TestCampaignDefaultsFromOlderWriter(t *testing.T) {
+	t.Parallel()
 	old := `{"type":"record","name":"CampaignDeclared","namespace":"dev.harnessflow","fields":[
  {"name":"event_id","type":"string"},{"name":"campaign_id","type":"string"}]}`
 	w, err := resolveWriter(old)
@@ -310,6 +317,7 @@ func TestCampaignDefaultsFromOlderWriter(t *testing.T) {
 // identity, so two projects using the same cell (or campaign, sample) ids get
 // different event ids; dead letters and checkpoints are not a project's.
 func TestDeriveEventIDProject(t *testing.T) {
+	t.Parallel()
 	pairs := []struct{ a, b Event }{
 		{&CellStarted{CellID: "x", Envelope: Envelope{Project: "acme"}}, &CellStarted{CellID: "x", Envelope: Envelope{Project: "evil"}}},
 		{&CellFinished{CellID: "x", Envelope: Envelope{Project: "acme"}}, &CellFinished{CellID: "x", Envelope: Envelope{Project: "evil"}}},
@@ -347,6 +355,7 @@ func TestDeriveEventIDProject(t *testing.T) {
 }
 
 func TestDeriveEventID(t *testing.T) {
+	t.Parallel()
 	a := &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Cycle: 2, Score: 0.1}
 	b := &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Cycle: 2, Score: 0.9, Envelope: Envelope{Source: "s"}}
 	c := &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 2, Cycle: 2}
@@ -373,6 +382,7 @@ func TestDeriveEventID(t *testing.T) {
 }
 
 func TestZeroTimeRoundTrips(t *testing.T) {
+	t.Parallel()
 	ev := &CellFinished{CellID: "c", Status: CellFailed}
 	b, _ := Encode(ev)
 	back, err := Decode(b)
@@ -387,6 +397,7 @@ func TestZeroTimeRoundTrips(t *testing.T) {
 var _ = goavro.Union
 
 func TestSchemaVersionsCompatible(t *testing.T) {
+	t.Parallel()
 	for _, v := range Versions() {
 		if err := CheckCompatible(Schema(v.Type), v.Schema); err != nil {
 			t.Errorf("%s v%d cannot be read by the current schema: %v", v.Type, v.Version, err)
@@ -422,6 +433,7 @@ func legacyID(t Type, parts ...string) string {
 // before schema v2 (no checkpoint_uri, checkpoint_sha256) decodes with both
 // empty, and a v2 event round-trips both, in Avro and in JSON.
 func TestCheckpointPublishedV1StillDecodes(t *testing.T) {
+	t.Parallel()
 	old, err := os.ReadFile(filepath.Join("testdata", "golden", "v1", "checkpoint_published.bin"))
 	if err != nil {
 		t.Fatal(err)

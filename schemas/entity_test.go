@@ -14,6 +14,7 @@ import (
 
 // TestEntity names each fixture's entity from its ids.
 func TestEntity(t *testing.T) {
+	t.Parallel()
 	want := map[Type]string{
 		TypeCampaignDeclared:    "campaign camp-1",
 		TypeCellStarted:         "cell cell-7 (campaign camp-1)",
@@ -52,6 +53,7 @@ func TestEntity(t *testing.T) {
 // TestPayloadEntity: the ids of bytes that do not decode, as far as they
 // read; nothing from bytes that name nothing.
 func TestPayloadEntity(t *testing.T) {
+	t.Parallel()
 	fx := fixturesV1()
 	u, err := Encode(fx[TypeHarnessUpdate])
 	if err != nil {
@@ -105,6 +107,7 @@ func caseTopic(name string) string {
 // entity, or the payload's when there is no event, and stays valid UTF-8
 // when cut.
 func TestNewRejectedNamesEntity(t *testing.T) {
+	t.Parallel()
 	fx := fixturesV1()
 	u, _ := Encode(fx[TypeHarnessUpdate])
 	o := Origin{Topic: TopicUpdates, Payload: u[:60]}
@@ -153,6 +156,7 @@ func FuzzPayloadEntity(f *testing.F) {
 // payload alone, gets a message that names the entity. A new Code* constant
 // in errors.go fails the test until a case covers it.
 func TestRejectedNamesEntityForEveryCode(t *testing.T) {
+	t.Parallel()
 	fx := fixturesV1()
 	a, _ := Encode(fx[TypeTaskAttempt])
 	jsonUpdate := func(extra string) []byte {

@@ -25,6 +25,7 @@ func currentGoldenDir(typ Type) string { return fmt.Sprintf("v%d", infos[typ].cu
 // Golden files of old versions are never rewritten. v1 holds every type;
 // a later directory only the types its schema version changed.
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	if *update {
 		writeGoldens(t)
 	}
@@ -81,6 +82,7 @@ func TestGolden(t *testing.T) {
 // golden file's fingerprint is known to Decode, so old versions stay
 // decodable.
 func TestFingerprintsRegistered(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("avro", "v*", "*.avsc"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no schema files: %v", err)

@@ -13,6 +13,7 @@ const validAttempt = `{"type":"task_attempt","cell_id":"c1","task_id":"t1","atte
 // TestParseJSONErrors asserts the exact error, code and field for each class
 // of invalid JSON input.
 func TestParseJSONErrors(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("x", 70<<10)
 	cases := []struct {
 		name, in string
@@ -113,6 +114,7 @@ func TestParseJSONErrors(t *testing.T) {
 }
 
 func TestParseJSONSentinels(t *testing.T) {
+	t.Parallel()
 	if _, err := ParseJSON([]byte(`{"type":"x"}`), Limits{}); !errors.Is(err, ErrUnknownType) {
 		t.Fatalf("unknown type does not wrap ErrUnknownType: %v", err)
 	}
@@ -122,6 +124,7 @@ func TestParseJSONSentinels(t *testing.T) {
 }
 
 func TestParseJSONJoinsEveryProblem(t *testing.T) {
+	t.Parallel()
 	_, err := ParseJSON([]byte(`{"type":"task_attempt","cell_id":"c","zz":1,"aa":2,"attempt":"1","status":"ok","score":0.5}`), Limits{})
 	var got []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
@@ -138,6 +141,7 @@ func TestParseJSONJoinsEveryProblem(t *testing.T) {
 }
 
 func TestParseJSONDefaultsAndForms(t *testing.T) {
+	t.Parallel()
 	ev, err := ParseJSON([]byte(`{"type":"campaign_declared","campaign_id":"k","benchmarks":null}`), Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +191,7 @@ func TestParseJSONDefaultsAndForms(t *testing.T) {
 // false and final: true are kept; the written form always carries it, so
 // a false survives a round trip.
 func TestParseJSONFinalDefaultsToTrue(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		extra string
 		want  bool
@@ -210,6 +215,7 @@ func TestParseJSONFinalDefaultsToTrue(t *testing.T) {
 }
 
 func TestMarshalJSONRejectsNaN(t *testing.T) {
+	t.Parallel()
 	_, err := MarshalJSON(&TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Status: StatusOK, Score: math.NaN()})
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "score" || fe.Code != CodeOutOfRange {
@@ -218,6 +224,7 @@ func TestMarshalJSONRejectsNaN(t *testing.T) {
 }
 
 func TestJSONStringEscaping(t *testing.T) {
+	t.Parallel()
 	s := "a\"b\\c\n\t\x00\x1f\u2028é\xff"
 	ev := &CellFinished{CellID: s, Status: CellFailed}
 	j, err := MarshalJSON(ev)
@@ -243,6 +250,7 @@ func TestJSONStringEscaping(t *testing.T) {
 // project, parsed for a project (a gateway's token), gets that project and
 // the id DeriveEventID gives it there; one naming its project keeps it.
 func TestParseJSONWithDerivesTheProjectsID(t *testing.T) {
+	t.Parallel()
 	const body = `{"type":"cell_finished","cell_id":"c1","status":"completed","attempts":1}`
 	a, err := ParseJSONWith([]byte(body), Limits{}, Envelope{Project: "acme", Source: "gw"})
 	if err != nil {

@@ -88,6 +88,7 @@ func (f *fakeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestRegistryEncodeDecodeConfluent(t *testing.T) {
+	t.Parallel()
 	f, srv := newFakeRegistry(t)
 	ctx := context.Background()
 	enc := NewRegistry(srv.URL+"/", nil)
@@ -141,6 +142,7 @@ func TestRegistryEncodeDecodeConfluent(t *testing.T) {
 }
 
 func TestRegistryWriterSchemaResolution(t *testing.T) {
+	t.Parallel()
 	f, srv := newFakeRegistry(t)
 	id := f.add("hf.attempts-value", v0TaskAttempt)
 	w, err := resolveWriter(v0TaskAttempt)
@@ -167,6 +169,7 @@ func TestRegistryWriterSchemaResolution(t *testing.T) {
 }
 
 func TestRegistryErrors(t *testing.T) {
+	t.Parallel()
 	_, srv := newFakeRegistry(t)
 	ctx := context.Background()
 	dec := &Decoder{Registry: NewRegistry(srv.URL, nil)}
@@ -227,6 +230,7 @@ func TestRegistryErrors(t *testing.T) {
 // TestRegistryFailover: with several comma-separated URLs, a registry that
 // cannot be reached is skipped for the next one.
 func TestRegistryFailover(t *testing.T) {
+	t.Parallel()
 	f, srv := newFakeRegistry(t)
 	id := f.add(Subject(TypeTaskAttempt), Schema(TypeTaskAttempt))
 	down := httptest.NewServer(http.NotFoundHandler())
@@ -242,6 +246,7 @@ func TestRegistryFailover(t *testing.T) {
 // TestRegistryConcurrentLookupsShareOneRequest: the first lookups of one id
 // from many goroutines cost the registry one GET.
 func TestRegistryConcurrentLookupsShareOneRequest(t *testing.T) {
+	t.Parallel()
 	f, srv := newFakeRegistry(t)
 	id := f.add(Subject(TypeTaskAttempt), Schema(TypeTaskAttempt))
 	single, _ := Encode(fixturesV1()[TypeTaskAttempt])
@@ -285,6 +290,7 @@ func TestRegistryConcurrentLookupsShareOneRequest(t *testing.T) {
 }
 
 func TestCheckRegistryURL(t *testing.T) {
+	t.Parallel()
 	for list, ok := range map[string]bool{
 		"": true, "http://localhost:8081": true, "https://sr.example/api": true, "localhost:8081": true,
 		"http://a:8081, http://b:8081": true, "http://user:pw@a:8081": true,
@@ -299,6 +305,7 @@ func TestCheckRegistryURL(t *testing.T) {
 // TestRegistryBasicAuthFromURL: credentials in the URL go as basic
 // authentication, and errors do not show them.
 func TestRegistryBasicAuthFromURL(t *testing.T) {
+	t.Parallel()
 	f, _ := newFakeRegistry(t)
 	id := f.add(Subject(TypeTaskAttempt), Schema(TypeTaskAttempt))
 	authed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -333,6 +340,7 @@ func TestRegistryBasicAuthFromURL(t *testing.T) {
 // per refusedTTL, not one per record: a producer of one project cannot turn
 // the shared processors into a flood of registry requests.
 func TestRegistryRemembersUnknownIDs(t *testing.T) {
+	t.Parallel()
 	f, srv := newFakeRegistry(t)
 	dec := &Decoder{Registry: NewRegistry(srv.URL, nil)}
 	single, _ := Encode(fixturesV1()[TypeTaskAttempt])

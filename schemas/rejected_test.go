@@ -9,6 +9,7 @@ import (
 )
 
 func TestNewRejected(t *testing.T) {
+	t.Parallel()
 	payload := []byte("0123456789")
 	at := time.Date(2026, 12, 5, 10, 0, 0, 123e6, time.FixedZone("x", 3600))
 	o := schemas.Origin{Topic: "hf.raw", Partition: 3, Offset: 42, Time: at, Payload: payload, Project: "p1"}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestValidateTypedEvents(t *testing.T) {
+	t.Parallel()
 	okAttempt := func() *TaskAttempt {
 		return &TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Status: StatusOK, Score: 0.5}
 	}
@@ -57,6 +58,7 @@ func TestValidateTypedEvents(t *testing.T) {
 }
 
 func TestValidateEventCapIsEncodedSize(t *testing.T) {
+	t.Parallel()
 	ev := &Rejected{Stage: StageLimit, ReasonCode: "x", Message: strings.Repeat("m", 5000)}
 	b, _ := Encode(ev)
 	if len(b) != 5061 {
@@ -68,6 +70,7 @@ func TestValidateEventCapIsEncodedSize(t *testing.T) {
 }
 
 func TestValidateAcceptsFixtures(t *testing.T) {
+	t.Parallel()
 	for _, ev := range allFixtures() {
 		if err := Validate(ev, DefaultLimits()); err != nil {
 			t.Errorf("%s: %v", ev.Type(), err)
@@ -81,6 +84,7 @@ func TestValidateAcceptsFixtures(t *testing.T) {
 // TestValidateAfterDecode: an Avro-decoded event with a NaN score decodes
 // (Avro can carry it) and Validate rejects it.
 func TestValidateAfterDecode(t *testing.T) {
+	t.Parallel()
 	b, err := Encode(&TaskAttempt{CellID: "c", TaskID: "t", Attempt: 1, Status: StatusOK, Score: math.NaN()})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 // The text part counts items, whatever the wording: list items and
 // paragraphs per section, under each word of its heading.
 func TestCountUpdateCountsItemsPerSection(t *testing.T) {
+	t.Parallel()
 	md := strings.Join([]string{
 		"> Run the tests first.",
 		"",
@@ -52,6 +53,7 @@ func TestCountUpdateCountsItemsPerSection(t *testing.T) {
 // forecast by that item's weight times the context's scale, the same for
 // any text around it (what length-normalised n-grams cannot say).
 func TestAdditiveTextIsLinearInCounts(t *testing.T) {
+	t.Parallel()
 	m, err := NewModel(backend.NewCPU(), ModelConfig{Buckets: 1 << 12, CatBuckets: 16, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +73,7 @@ func TestAdditiveTextIsLinearInCounts(t *testing.T) {
 // The within-round term, on known figures: only deviations from each
 // round's mean count, so a shift shared by a round costs nothing.
 func TestWithinRoundTermKnownAnswer(t *testing.T) {
+	t.Parallel()
 	means := []float64{0.1, 0.3, 0.0, 0.5}
 	ys := []float64{0.0, 0.4, 1.0, 1.2}
 	out := make([]float32, 4*nOut)

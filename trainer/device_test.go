@@ -59,6 +59,7 @@ func predsClose(t *testing.T, what string, a, b []Prediction, tol float64) {
 // CPU up to float rounding, and a checkpoint written from the GPU model
 // restores on the CPU and on the GPU with the same predictions.
 func TestModelCUDAParityWithCPU(t *testing.T) {
+	t.Parallel()
 	gpu := openGPU(t)
 	cfg := smallModel()
 	cfg.Seed, cfg.Crosses = 3, true
@@ -120,6 +121,7 @@ func TestModelCUDAParityWithCPU(t *testing.T) {
 // TestScoreOnDevice: /v1/score of a trainer on the GPU answers from its
 // published checkpoint, as the same checkpoint scores on the CPU.
 func TestScoreOnDevice(t *testing.T) {
+	t.Parallel()
 	gpu := openGPU(t)
 	tr, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ClickHouse: "127.0.0.1:1", CheckpointDir: t.TempDir(),
 		Listen: "off", Device: "cuda", Model: smallModel()}, WithLogger(zerolog.Nop()), WithBackend(gpu))

@@ -149,6 +149,7 @@ func (c *failingEvalsCH) PrepareBatch(ctx context.Context, query string, opts ..
 // evaluator that fails, panics, or whose rows cannot be written stops
 // neither training nor checkpoints, and is counted.
 func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
@@ -333,6 +334,7 @@ func TestCheckpointEvaluationWritesRowsAndSurvivesFaults(t *testing.T) {
 // TestNoHeldOutNoEvaluation: with the held-out split off, checkpoints are
 // written and not evaluated (nothing to evaluate on), and the trainer runs.
 func TestNoHeldOutNoEvaluation(t *testing.T) {
+	t.Parallel()
 	tr, err := newIdleTrainer(t, WithCheckpointEvaluator(func(context.Context, *CheckpointEval) (*EvalResult, error) {
 		t.Error("evaluator called without held-out samples")
 		return nil, nil

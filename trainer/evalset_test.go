@@ -62,6 +62,7 @@ func splitSamples(n int, fraction float64) (train, held []*schemas.LabeledSample
 // the ring. A ring filled directly (benchmarks) freezes its set when one is
 // first needed.
 func TestEvalEpochRule(t *testing.T) {
+	t.Parallel()
 	c := Config{HeldoutWindow: 500}
 	c.setDefaults()
 	if d := DefaultConfig(); d.EvalEpochSamples != 2000 || c.EvalEpochSamples != 500 {
@@ -124,6 +125,7 @@ func TestEvalEpochRule(t *testing.T) {
 // the uninterrupted trainer does, measuring the best loss again on the new
 // rows.
 func TestEvalSetFixedWithinEpochAndKeptAcrossRestart(t *testing.T) {
+	t.Parallel()
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	mod := func(c *Config) {
@@ -369,6 +371,7 @@ func rewriteAsLegacy(t *testing.T, path string) {
 // stopping, evaluates nothing again, and begins epoch 1 with the first
 // held-out sample read after the restart.
 func TestRestoreCheckpointWithoutEvalState(t *testing.T) {
+	t.Parallel()
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	mod := func(c *Config) {

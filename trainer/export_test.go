@@ -47,6 +47,7 @@ func fixedSamples() []*schemas.LabeledSample {
 }
 
 func TestExportGolden(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	samples := fixedSamples()
 	produce(t, addr, samples)
@@ -104,6 +105,7 @@ func TestExportGolden(t *testing.T) {
 }
 
 func TestPreferencePairsNeverPairAnUpdateWithItself(t *testing.T) {
+	t.Parallel()
 	var samples []*schemas.LabeledSample
 	// Many samples of few updates in one context, both labels.
 	for i := 0; i < 60; i++ {

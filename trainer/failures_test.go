@@ -47,6 +47,7 @@ func savedStore(t *testing.T, n int) (*CheckpointStore, []string) {
 // that read error, and neither as ErrCorrupt; a truncated file is corrupt,
 // with the cause kept.
 func TestReadCheckpointTellsIOFromCorruption(t *testing.T) {
+	t.Parallel()
 	_, paths := savedStore(t, 1)
 	dir := filepath.Dir(paths[0])
 	if _, err := ReadCheckpoint(filepath.Join(dir, FileName(9))); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCorrupt) {
@@ -76,6 +77,7 @@ func TestReadCheckpointTellsIOFromCorruption(t *testing.T) {
 // whole: a permission or I/O error) stops the load with its path and
 // cause instead of silently undoing the training it holds.
 func TestLoadLatestFallsBackOnlyPastCorruption(t *testing.T) {
+	t.Parallel()
 	s, paths := savedStore(t, 2)
 	if err := os.WriteFile(paths[1], []byte("not a checkpoint at all, longer than a header............................"), 0o644); err != nil {
 		t.Fatal(err)
@@ -117,6 +119,7 @@ func (p *panickyBackend) Gemm(transA, transB bool, m, n, k int, alpha float32, a
 // lock used to be released by hand after scoring. Both paths: the published
 // checkpoint, and an older one pinned.
 func TestServingPanicLeavesTrainingRunning(t *testing.T) {
+	t.Parallel()
 	be := &panickyBackend{Backend: backend.NewCPU()}
 	tr, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ClickHouse: "127.0.0.1:1", Name: "panic", CheckpointDir: t.TempDir(),
 		Listen: "off", Device: "cpu", Model: smallModel()}, WithLogger(zerolog.Nop()), WithBackend(be))

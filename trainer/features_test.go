@@ -12,6 +12,7 @@ import (
 )
 
 func TestBagMergerCollapsesRepeats(t *testing.T) {
+	t.Parallel()
 	var b bagMerger
 	// An earlier bag [7 7] sits before start and must stay as it is.
 	idx := []int32{7, 7, 3, 5, 3, 9, 5, 3}
@@ -57,6 +58,7 @@ func evidenceInput(i, tasks int) Input {
 // The merged bags embed every input as the raw bags do (up to float rounding),
 // with fewer entries.
 func TestMergedBagsEmbedLikeRawBags(t *testing.T) {
+	t.Parallel()
 	f := featurizer{buckets: 1 << 12, cat: 64, maxText: 2048}
 	rows, D := f.rows(), 8
 	cpu := backend.NewCPU()
@@ -105,6 +107,7 @@ func TestMergedBagsEmbedLikeRawBags(t *testing.T) {
 // words has a row per benchmark (and per agent and kind), the other rows
 // are unchanged, and a checkpoint restores only with the same setting.
 func TestCrossesSeparateContexts(t *testing.T) {
+	t.Parallel()
 	in := Input{Update: "check the failing test first, then patch", Kind: "skill", Evolver: "e", Agent: "a", Benchmark: "swe"}
 	other := in
 	other.Benchmark = "mcp"
@@ -173,6 +176,7 @@ func TestCrossesSeparateContexts(t *testing.T) {
 // categorical rows); without evidence only the cell row is added; and a
 // checkpoint restores only with the same setting.
 func TestContextFeatures(t *testing.T) {
+	t.Parallel()
 	plain := featurizer{buckets: 1 << 16, cat: 64, maxText: 2048}
 	ctx := plain
 	ctx.context = true

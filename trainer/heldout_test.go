@@ -16,6 +16,7 @@ func isHeldOutSample(s *schemas.LabeledSample, fraction float64) bool {
 }
 
 func TestGroupOfNamesGroupsLikeEval(t *testing.T) {
+	t.Parallel()
 	s := &schemas.LabeledSample{SampleID: "s1", CellID: "c1", CampaignID: "camp", Seed: 7}
 	for key, want := range map[string]string{GroupByCampaign: "campaign:camp", GroupByCampaignSeed: "campaign:camp/seed:7",
 		"": "campaign:camp/seed:7", GroupByCell: "cell:c1"} {
@@ -40,6 +41,7 @@ func TestGroupOfNamesGroupsLikeEval(t *testing.T) {
 // the training examples, and the evaluation's held-out set and training
 // window hold exactly the two sides (bounded by their windows).
 func TestIntakeHoldsOutWholeGroups(t *testing.T) {
+	t.Parallel()
 	tr, err := newIdleTrainer(t)
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +106,7 @@ func TestIntakeHoldsOutWholeGroups(t *testing.T) {
 }
 
 func TestConfigRejectsUnknownGroupKey(t *testing.T) {
+	t.Parallel()
 	c := Config{Brokers: []string{"b"}, ClickHouse: "c", CheckpointDir: "d", HeldoutGroupKey: "round"}
 	c.setDefaults()
 	if err := c.Validate(); err == nil {
@@ -119,6 +122,7 @@ func TestConfigRejectsUnknownGroupKey(t *testing.T) {
 // --demo` sends, never trains); every later held-out group is held out;
 // the exception is kept in the checkpoint file.
 func TestFirstGroupTrainsEvenIfHeldOut(t *testing.T) {
+	t.Parallel()
 	tr, err := newIdleTrainer(t)
 	if err != nil {
 		t.Fatal(err)

@@ -107,6 +107,7 @@ func do(t *testing.T, client *http.Client, method, url, auth string) (int, strin
 // /healthz stay open. A token file readable by others, or empty, is
 // refused by New; without a token file /v1/score is open.
 func TestScoreTokenRequired(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "score-token")
 	if err := os.WriteFile(file, []byte("\xef\xbb\xbfs3cret-token\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -172,6 +173,7 @@ func writeCert(t *testing.T, dir string) (string, string, *x509.CertPool) {
 // over HTTPS (scores and health alike) and refuses plain HTTP; a
 // certificate without its key, or an unreadable pair, is a config error.
 func TestTrainerServesTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile, pool := writeCert(t, dir)
 	if _, err := httpTrainer(t, Config{TLSCert: certFile}); !errors.Is(err, ErrConfig) {
@@ -229,6 +231,7 @@ func (c *pingConn) Ping(context.Context) error {
 // restarts on the same address, 503 naming clickhouse while ClickHouse
 // does not answer its ping; /healthz stays 200.
 func TestTrainerReadyzFollowsBrokerAndClickHouse(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b1 := testenv.Kafka(t, dir)
 	addr := b1.Addr()

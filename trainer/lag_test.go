@@ -43,6 +43,7 @@ func commitLag(t *testing.T, reg *prometheus.Registry, group string) (sum float6
 // while they wait in the trainer's batch (BatchAge), and falls to 0 once a
 // step has consumed them.
 func TestCommitLagFollowsTheFrontier(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ch := testenv.ClickHouse(t)
 	reg := prometheus.NewRegistry()

@@ -52,6 +52,7 @@ var someTrainerMetrics = []string{"hf_trainer_step", "hf_trainer_samples_trained
 // trainer (as `harnessflow up` gives its shared registry) holds the
 // trainer's hf_trainer_* metrics, and the trainer's own /metrics serves it.
 func TestWithRegistererReceivesTheTrainersMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	tr, err := newIdleTrainer(t, WithRegisterer(reg))
 	if err != nil {
@@ -78,6 +79,7 @@ func TestWithRegistererReceivesTheTrainersMetrics(t *testing.T) {
 // trainer's /metrics still serves them; without WithRegisterer the trainer
 // serves its own registry.
 func TestWithRegistererThatIsNoRegistry(t *testing.T) {
+	t.Parallel()
 	inner := prometheus.NewRegistry()
 	tr, err := newIdleTrainer(t, WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"trainer": "x"}, inner)))
 	if err != nil {

@@ -22,6 +22,7 @@ func tinyConfig(seed uint64) ModelConfig {
 }
 
 func TestGradientsMatchFiniteDifferences(t *testing.T) {
+	t.Parallel()
 	m, err := NewModel(backend.NewCPU(), tinyConfig(1))
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +113,7 @@ func accuracy(m *Model, data []Example) (acc, mae float64) {
 }
 
 func TestModelLearnsKnownFeature(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(42, 1))
 	train, held := synth(r, 4800), synth(r, 400)
 	m, err := NewModel(backend.NewCPU(), ModelConfig{Buckets: 1 << 12, CatBuckets: 16, Dim: 16, Hidden: 16, Seed: 3, LR: 0.01})
@@ -162,6 +164,7 @@ func TestModelLearnsKnownFeature(t *testing.T) {
 }
 
 func TestModelDeterministicAndStateRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 5))
 	data := synth(r, 96)
 	run := func() *Model {
@@ -207,6 +210,7 @@ func TestModelDeterministicAndStateRoundTrip(t *testing.T) {
 // the live model (what the trainer writes) is byte-identical to one written
 // from a full copy of the model's state, and loads back to the same model.
 func TestStreamedCheckpointEqualsCopied(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 8))
 	data := synth(r, 64)
 	m, err := NewModel(backend.NewCPU(), tinyConfig(4))
@@ -315,6 +319,7 @@ func TestCheckpointOfCPUModelCopiesNoTensor(t *testing.T) {
 // memory on the CPU backend; the train command sizes its soft memory limit
 // from it.
 func TestHostTensorBytes(t *testing.T) {
+	t.Parallel()
 	mc := ModelConfig{Buckets: 64, CatBuckets: 8, Dim: 6, Hidden: 5}
 	tr, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ClickHouse: "127.0.0.1:1", Name: "mem", CheckpointDir: t.TempDir(),
 		Listen: "off", Ensemble: 3, Model: mc}, WithLogger(zerolog.Nop()), WithBackend(backend.NewCPU()))
@@ -341,6 +346,7 @@ func TestHostTensorBytes(t *testing.T) {
 // loss as it was; unequal ones weigh each example's NLL by its precision
 // over the batch's mean, and never the label's cross-entropy.
 func TestPrecisionWeightsTheEffectTerm(t *testing.T) {
+	t.Parallel()
 	m, err := NewModel(backend.NewCPU(), smallModel())
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // TestReplayWindowIsBoundedAndRecent: the window holds at most its capacity,
 // the most recent examples, and a draw is distinct examples of it.
 func TestReplayWindowIsBoundedAndRecent(t *testing.T) {
+	t.Parallel()
 	w := newReplayWindow(5)
 	exs := SyntheticExamples(1, 12)
 	for i := range exs {
@@ -129,6 +130,7 @@ func TestReplayWindowIsBoundedAndRecent(t *testing.T) {
 // hf_trainer_samples_trained_total; the replays show only as optimizer
 // steps and hf_trainer_replayed_examples_total.
 func TestReplaysNeverAdmit(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 6))
 	samples := genSamples(r, 0, 120)
 	for i := 0; i < 15; i++ { // redeliveries
@@ -200,6 +202,7 @@ func TestReplaysNeverAdmit(t *testing.T) {
 // at the step it stopped at, so the next step equals the uninterrupted
 // trainer's next step bit for bit.
 func TestLRScheduleFollowsStepsAcrossRestore(t *testing.T) {
+	t.Parallel()
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
 	mod := func(c *Config) {
@@ -256,6 +259,7 @@ func TestLRScheduleFollowsStepsAcrossRestore(t *testing.T) {
 }
 
 func TestLRScheduleShapes(t *testing.T) {
+	t.Parallel()
 	c := DefaultConfig()
 	c.Model.LR = 1
 	inv := newLRSchedule(&c)
@@ -292,6 +296,7 @@ func TestLRScheduleShapes(t *testing.T) {
 // replays resume. And the state machine resumes when new samples improve
 // the held-out loss.
 func TestEarlyStopPausesReplaysAndNewDataResumes(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	// The MLP structure without the within-round term: this tests the
 	// replay state machine, which needs a model whose held-out loss new
@@ -367,6 +372,7 @@ func TestEarlyStopPausesReplaysAndNewDataResumes(t *testing.T) {
 // default replay settings against one pass: lower loss on the samples
 // trained and on held-out groups (never trained), same seed, same stream.
 func TestReplaysFitASlowStreamBetter(t *testing.T) {
+	t.Parallel()
 	stream := genSamples(rand.New(rand.NewPCG(21, 22)), 0, 480)
 	var heldout []*schemas.LabeledSample
 	for _, s := range genSamples(rand.New(rand.NewPCG(23, 24)), 10_000, 240) {
@@ -404,6 +410,7 @@ func TestReplaysFitASlowStreamBetter(t *testing.T) {
 // TestReplayAndScheduleConfig: defaults, and a validation error per bad
 // field that names its flag.
 func TestReplayAndScheduleConfig(t *testing.T) {
+	t.Parallel()
 	d := DefaultConfig()
 	if d.ReplayWindow != 5000 || d.ReplayRatio != 4 || d.ReplayBatchSize != 32 || d.EarlyStopPatience != 5 || d.EarlyStopRows != 256 ||
 		d.LRSchedule != ScheduleInverseSqrt || d.LRWarmup != 20 || d.LRDecaySteps != 1000 || d.LRMinRatio != 0.1 {
@@ -426,6 +433,7 @@ func TestReplayAndScheduleConfig(t *testing.T) {
 // credit never exceeds ReplayRatio × ReplayWindow examples however long the
 // backlog.
 func TestReplayCreditWaitsForTheStreamToCatchUp(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	tr := replayTrainer(t, reg, func(c *Config) { c.ReplayRatio, c.ReplayWindow, c.EarlyStopPatience = 2, 100, -1 })
 	r := rand.New(rand.NewPCG(5, 6))
@@ -467,6 +475,7 @@ func TestReplayCreditWaitsForTheStreamToCatchUp(t *testing.T) {
 // Replays draw whole rounds: the candidates of a round come together, so
 // the within-round term of the loss sees them.
 func TestReplayDrawsWholeRounds(t *testing.T) {
+	t.Parallel()
 	w := newReplayWindow(30)
 	for i := 0; i < 30; i++ {
 		w.add(Example{Round: fmt.Sprintf("r%d", i%10), Effect: float64(i)})

@@ -186,6 +186,7 @@ func sortedTrained(t *testing.T, ch *testenv.CH, name string) []string {
 // read partition 1 from its first offset; it used to start at the group's 50
 // and never train them.
 func TestRestoreReadsUnlistedPartitionFromStart(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
@@ -249,6 +250,7 @@ func TestRestoreReadsUnlistedPartitionFromStart(t *testing.T) {
 // read a partition it started past from the first offset, even when nothing
 // of that partition was consumed before the checkpoint.
 func TestColdStartResumesAtGroupOffsets(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
@@ -303,6 +305,7 @@ func (c *stallingCH) PrepareBatch(ctx context.Context, query string, opts ...dri
 // writes the final checkpoint and returns nil. It used to return "write N
 // trainer_steps rows: context canceled" without a checkpoint.
 func TestStopDuringRowFlushIsClean(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
@@ -365,6 +368,7 @@ func counter(t *testing.T, tr *Trainer, name, reason string) float64 {
 // the rest. One of them used to fail its step with ErrDiverged, again after
 // every restart.
 func TestInvalidSampleIsSkipped(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
@@ -443,6 +447,7 @@ func TestInvalidSampleIsSkipped(t *testing.T) {
 }
 
 func TestCheckSample(t *testing.T) {
+	t.Parallel()
 	good := func() *schemas.LabeledSample {
 		return &schemas.LabeledSample{SampleID: "s", Label: "positive", Effect: 0.3, HarnessVersionIndex: 2}
 	}
@@ -485,6 +490,7 @@ func TestCheckSample(t *testing.T) {
 // does). The trainer used to exit on it; it connects again, migrates and
 // trains every sample.
 func TestTrainerWaitsOutClickHouseGoingAwayWhileMigrating(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	proxy := testenv.StartCutProxy(t, ch.Addr, 2, 4<<10)

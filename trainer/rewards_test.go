@@ -115,6 +115,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(1, math.Abs
 // LightRFT's "queries" spelling gives the same rewards; the answer names
 // the model version.
 func TestRewardsOpenRLHFProtocol(t *testing.T) {
+	t.Parallel()
 	tr, err := httpTrainer(t, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +191,7 @@ func TestRewardsOpenRLHFProtocol(t *testing.T) {
 // TestRewardsTokenRequired: with a score token configured, /v1/rewards
 // answers 401 without it or with a wrong one, and 200 with it.
 func TestRewardsTokenRequired(t *testing.T) {
+	t.Parallel()
 	tr, err := httpTrainer(t, Config{ScoreToken: "s3cret-token"})
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +214,7 @@ func TestRewardsTokenRequired(t *testing.T) {
 // TestRewardsRefusals: malformed or oversized requests get 400 or 413 with
 // a JSON error naming the field or the limit; GET gets 405.
 func TestRewardsRefusals(t *testing.T) {
+	t.Parallel()
 	tr, err := httpTrainer(t, Config{})
 	if err != nil {
 		t.Fatal(err)

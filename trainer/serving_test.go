@@ -123,6 +123,7 @@ func errorOf(t testing.TB, body []byte) (string, []string) {
 // the live weights did change; the next checkpoint's answer differs, and
 // pinning the older kept version reproduces its earlier answers exactly.
 func TestServingAnswersOnlyFromPublishedCheckpoints(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Ensemble: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -230,6 +231,7 @@ func TestServingAnswersOnlyFromPublishedCheckpoints(t *testing.T) {
 // by CheckpointKeep), a malformed pin too; a pin given twice or in the JSON
 // body is a 400.
 func TestServingPinUnknownVersion(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Name: "critic", CheckpointKeep: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -281,6 +283,7 @@ func TestServingPinUnknownVersion(t *testing.T) {
 // setVerdict records VerdictBeats for the version that answers; another
 // verdict keeps warming, a pinned version without a verdict is warming.
 func TestServingWarmingUntilBeatsBaselines(t *testing.T) {
+	t.Parallel()
 	tr, err := httpTrainer(t, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -317,6 +320,7 @@ func TestServingWarmingUntilBeatsBaselines(t *testing.T) {
 // publish at start-up, from the file's tensors) serves it: the same answer,
 // version and sha256 as the trainer that wrote it.
 func TestServingRestoredCheckpoint(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, err := freshTrainer(t, Config{CheckpointDir: dir, Ensemble: 2})
 	if err != nil {
@@ -349,6 +353,7 @@ func TestServingRestoredCheckpoint(t *testing.T) {
 // TestCheckpointPublishedCarriesLocation: the event names the file as a
 // file:// URI of its absolute path and its sha256, and survives the codec.
 func TestCheckpointPublishedCarriesLocation(t *testing.T) {
+	t.Parallel()
 	tr, err := httpTrainer(t, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -385,6 +390,7 @@ func TestCheckpointPublishedCarriesLocation(t *testing.T) {
 // published each get one checkpoint's exact answer, never a mix (go test
 // -race also checks the locking).
 func TestServingSwapIsAtomic(t *testing.T) {
+	t.Parallel()
 	tr, err := httpTrainer(t, Config{Ensemble: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -504,6 +510,7 @@ func FuzzServingHandlers(f *testing.F) {
 // TestCheckpointServesIdleTrainer: Checkpoint on a trainer that never ran
 // (bench train's use) writes and serves a checkpoint.
 func TestCheckpointServesIdleTrainer(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Name: "idle"})
 	if err != nil {
 		t.Fatal(err)
@@ -524,6 +531,7 @@ func TestCheckpointServesIdleTrainer(t *testing.T) {
 // TestVerdictsBounded: beyond maxVerdicts the oldest versions' verdicts are
 // forgotten, the newest kept.
 func TestVerdictsBounded(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Name: "b"})
 	if err != nil {
 		t.Fatal(err)

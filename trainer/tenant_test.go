@@ -41,6 +41,7 @@ func asProjectSamples(samples []*schemas.LabeledSample, project string) []*schem
 // duplicate check was keyed by (project, sample_id), projB's samples were
 // skipped as duplicates of projA's forgeries.
 func TestTwoProjectsSampleIDsBothTrain(t *testing.T) {
+	t.Parallel()
 	real := genSamples(rand.New(rand.NewPCG(7, 8)), 0, 48)
 	for _, s := range real {
 		s.Project = "projB"
@@ -66,6 +67,7 @@ func TestTwoProjectsSampleIDsBothTrain(t *testing.T) {
 // check drops as before. Before the table was keyed by (project, cell_id),
 // projB's version-0 sample was 10 versions stale and dropped.
 func TestStalenessIsPerProject(t *testing.T) {
+	t.Parallel()
 	tr := replayTrainer(t, nil, func(c *Config) { c.MaxStaleness = 1 })
 	mk := func(project, id string, version int32) sampleMsg {
 		s := genSamples(rand.New(rand.NewPCG(1, uint64(version))), 0, 1)[0]
@@ -92,6 +94,7 @@ func TestStalenessIsPerProject(t *testing.T) {
 // and seed (or cell, or sample id) are two held-out groups, named alike by
 // GroupOf and trainer/eval; the default project's names are unchanged.
 func TestHeldoutGroupsArePerProject(t *testing.T) {
+	t.Parallel()
 	s := &schemas.LabeledSample{SampleID: "s1", CellID: "c1", CampaignID: "camp", Seed: 7}
 	for _, key := range []string{GroupByCampaign, GroupByCampaignSeed, GroupByCell} {
 		groups := map[string]bool{}
@@ -120,6 +123,7 @@ func TestHeldoutGroupsArePerProject(t *testing.T) {
 // every project (as the check did then) until they age out; a new one
 // matches by (project, sample id) and comes back from ordered() as it was.
 func TestDedupWindowFromAnOldCheckpoint(t *testing.T) {
+	t.Parallel()
 	d := newDedup(3, []string{"s-1", "s-2"}, true)
 	if !d.hasSample("projA", "s-1") || !d.hasSample("projB", "s-2") || d.hasSample("projA", "s-3") {
 		t.Fatal("legacy ids not matched in every project")
@@ -144,6 +148,7 @@ func TestDedupWindowFromAnOldCheckpoint(t *testing.T) {
 // tenant event its non-empty project) and source trainer:<name>, which
 // the checkpoints table keys by.
 func TestCheckpointEventIsTheTrainers(t *testing.T) {
+	t.Parallel()
 	ev := checkpointEvent(&Checkpoint{ModelVersion: "t-v3", Step: 3}, "t")
 	if ev.Project != "" || ev.Source != "trainer:t" || ev.EventID != "checkpoint:t-v3" {
 		t.Fatalf("checkpoint event project %q source %q id %q", ev.Project, ev.Source, ev.EventID)
@@ -184,6 +189,7 @@ func interleave(a, b []*schemas.LabeledSample) []*schemas.LabeledSample {
 // trains both. Before Config.Project, one trainer trained every project's
 // samples into the model that served all.
 func TestPerProjectTrainerTrainsItsProjectOnly(t *testing.T) {
+	t.Parallel()
 	a, b := projectSamples("a", 1, 48), projectSamples("b", 2, 48)
 	// b's cells at a higher harness version: had they reached the
 	// staleness table they would not be a's (keys hold the project), but
@@ -251,6 +257,7 @@ func TestPerProjectTrainerTrainsItsProjectOnly(t *testing.T) {
 // project trains samples that name no project; another project's trainer
 // skips them.
 func TestSamplesWithoutProjectAreTheDefaultProjects(t *testing.T) {
+	t.Parallel()
 	ss := projectSamples("", 3, 16)
 	def := replayTrainer(t, nil, func(c *Config) { c.Project = schemas.DefaultProject })
 	var off int64
@@ -268,6 +275,7 @@ func TestSamplesWithoutProjectAreTheDefaultProjects(t *testing.T) {
 // one group's partitions nor share trainer_steps, critic_evals or
 // checkpoints rows); given ones are kept; a project with spaces is refused.
 func TestProjectConfig(t *testing.T) {
+	t.Parallel()
 	c := Config{Project: "acme"}
 	c.setDefaults()
 	if c.Group != "hf-trainer-acme" || c.Name != "hf-trainer-acme" {
@@ -296,6 +304,7 @@ func TestProjectConfig(t *testing.T) {
 // a's and requests that name none; a trainer of all projects answers any.
 // Before, every trainer scored for every project.
 func TestScoreIsScopedToTheTrainersProject(t *testing.T) {
+	t.Parallel()
 	tr, err := httpTrainer(t, Config{Project: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -347,6 +356,7 @@ func TestScoreIsScopedToTheTrainersProject(t *testing.T) {
 // critic_eval_diffs rows of project "a", and its checkpoints carry the
 // project: a trainer of another project, or of all, refuses its directory.
 func TestPerProjectTrainerEndToEnd(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()

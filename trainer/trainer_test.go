@@ -59,6 +59,7 @@ func trainedIDs(t *testing.T, ch *testenv.CH, name string) []string {
 }
 
 func TestTrainerExactlyOnceAcrossSIGKILL(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	ch := testenv.ClickHouse(t)
 	dir := t.TempDir()
@@ -387,6 +388,7 @@ func TestTrainerLearnsFromStreamAndScores(t *testing.T) {
 }
 
 func TestCheckpointCorruptionFallsBack(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var logs bytes.Buffer
 	store, err := NewCheckpointStore(dir, 3, WithLogger(zerolog.New(&logs)))
@@ -458,6 +460,7 @@ func TestCheckpointCorruptionFallsBack(t *testing.T) {
 // for ClickHouse (a SIGTERM during a ClickHouse restart) returns nil, so the
 // process exits 0; it used to exit 1 with "ping: context canceled".
 func TestStopDuringStartupIsClean(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	// A "ClickHouse" that accepts and hangs up at once: the trainer's ping
 	// fails and retries until the stop. Its first connection says the

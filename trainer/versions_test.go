@@ -15,6 +15,7 @@ import (
 // one (only held-out or duplicate samples read), housekeeping writes none,
 // even when it is due or final; after a step it writes the next.
 func TestNoNewVersionWithoutTraining(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Name: "v"})
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +45,7 @@ func TestNoNewVersionWithoutTraining(t *testing.T) {
 // CheckpointKeep while its pin is younger than PinRetention, and is pruned
 // once the pin has lapsed.
 func TestPinnedCheckpointOutlivesKeep(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Name: "p", CheckpointKeep: 1, PinRetention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +90,7 @@ func TestPinnedCheckpointOutlivesKeep(t *testing.T) {
 // penalised by the members' disagreement only, never by the predicted
 // noise of one member.
 func TestRewardIsTheEffectUnlessLambda(t *testing.T) {
+	t.Parallel()
 	one := [][]Prediction{{{Mean: 0.3, Std: 0.2}}}
 	if s := aggregate(one, 1, 0)[0]; s.Reward != 0.3 || s.ModelStd != 0 || s.Std != 0.2 {
 		t.Errorf("one member, λ 0: reward %v, model_std %v, std %v; want 0.3, 0, 0.2", s.Reward, s.ModelStd, s.Std)
@@ -104,6 +107,7 @@ func TestRewardIsTheEffectUnlessLambda(t *testing.T) {
 
 // Answers name the feature set of the model that gave them.
 func TestAnswersNameTheFeatureSet(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Name: "f"})
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +127,7 @@ func TestAnswersNameTheFeatureSet(t *testing.T) {
 // At most MaxPinnedKept pinned checkpoints are kept beyond --checkpoint-keep:
 // a client pinning every version cannot fill the disk.
 func TestPinnedCheckpointsAreBounded(t *testing.T) {
+	t.Parallel()
 	tr, err := freshTrainer(t, Config{Name: "b", CheckpointKeep: 1, PinRetention: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // TestWriteE2EKeepsTheLastCompleteRun: an interrupted run leaves the results
 // file as it was; a complete one replaces it.
 func TestWriteE2EKeepsTheLastCompleteRun(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "results", "e2e.json")
 	var w bytes.Buffer
 	if err := writeE2E(context.Background(), &w, out, &e2e.Result{E2EEventsPerS: 51000}); err != nil {

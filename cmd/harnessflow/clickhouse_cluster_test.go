@@ -17,6 +17,7 @@ import (
 // line per node of a 1-shard × 2-replica cluster whose nodes answer
 // ON CLUSTER DDL, and starts a node killed with SIGKILL again on its port.
 func TestClickHouseClusterCommand(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)

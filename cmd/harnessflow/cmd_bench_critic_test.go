@@ -9,6 +9,7 @@ import (
 // checks that each prints its table, summary and goal; bad seeds are a usage
 // error.
 func TestBenchCriticOffline(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := simRunCLI(t, "bench", "critic-offline", "--seeds", "1..12", "--scale", "6", "--sim-batch-size", "2",
 		"--benchmarks", "swe", "--agents", "qwen235b,haiku45", "--evolvers", "opus46,qwen32b",
 		"--buckets", "4096", "--epochs", "3", "--batch-size", "32", "--resamples", "100",
@@ -33,6 +34,7 @@ func TestBenchCriticOffline(t *testing.T) {
 // each stage's line, the summary and the goal of each arm; bad flags are a
 // usage error.
 func TestBenchCriticLoop(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := simRunCLI(t, "bench", "critic", "--seeds", "1..24", "--scale", "10",
 		"--benchmarks", "swe", "--agents", "qwen235b,haiku45", "--evolvers", "opus46,qwen32b",
 		"--buckets", "4096", "--dim", "8", "--hidden", "8", "--epochs", "1", "--batch-size", "32", "--resamples", "100",
@@ -63,6 +65,7 @@ func TestBenchCriticLoop(t *testing.T) {
 // a bad arm or bad seeds are usage errors, before any stack starts (the
 // run itself is bench/critic's TestRunService).
 func TestBenchCriticServiceFlags(t *testing.T) {
+	t.Parallel()
 	for _, bad := range [][]string{{"--train-seeds", "1..5", "--heldout-seeds", "5..6"}, {"--arms", "maybe"},
 		{"--train-seeds", "x"}, {"--k", "1"}} {
 		if code, _, _ := simRunCLI(t, append([]string{"bench", "critic-service"}, bad...)...); code != 2 {

@@ -52,6 +52,7 @@ func criticEvalSamples() []*schemas.LabeledSample {
 }
 
 func TestCriticEval(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	samples := criticEvalSamples()
 	var buf bytes.Buffer
@@ -114,6 +115,7 @@ func TestCriticEval(t *testing.T) {
 // TestCriticEvalTrainerSlice: --trainer-heldout-fraction keeps only the
 // held-out rows of groups the trainer held out (its group split).
 func TestCriticEvalTrainerSlice(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -173,6 +175,7 @@ func TestCriticEvalTrainerSlice(t *testing.T) {
 }
 
 func TestCriticEvalFlags(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	root := newRoot()
 	root.SetOut(&out)

@@ -14,6 +14,7 @@ import (
 // pipeline's derived types, naming it (exit 1; the producer lines are
 // produced), and produces them with --allow-internal-types.
 func TestProduceRefusesInternalTypes(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	lines := prodJSONL(t, []schemas.Event{producerstest.TaskAttempt(1, "p")})

@@ -146,6 +146,7 @@ func parseCommand(s types.ServiceConfig) (*cobra.Command, error) {
 // own checks (every depends_on target, secret and named volume defined and
 // enabled), and `up` (no profile) must start the pipeline.
 func TestComposeProfiles(t *testing.T) {
+	t.Parallel()
 	env := []string{"HF_UID=" + testUID, "HF_GID=" + testGID}
 	for _, sh := range composeShapes {
 		all := loadShape(t, sh, env, "*")
@@ -198,6 +199,7 @@ func TestComposeProfiles(t *testing.T) {
 // subcommand with flags that parse, and that the files have the promised
 // shape.
 func TestComposeCommands(t *testing.T) {
+	t.Parallel()
 	forEachShape(t, func(t *testing.T, sh composeShape, c *types.Project) {
 		root, _ := filepath.Abs(repoRoot(t))
 		for _, name := range []string{"kafka1", "kafka2", "kafka3", "clickhouse", "processor1", "processor2", "sink", "trainer", "ingest", "prometheus", "grafana"} {
@@ -283,6 +285,7 @@ func TestComposeCommands(t *testing.T) {
 // Otherwise Docker creates the path owned by root and the service, which
 // runs as HF_UID, fails with EACCES (the trainer's checkpoints did).
 func TestComposeMounts(t *testing.T) {
+	t.Parallel()
 	created, owned, args := dockerfilePaths(t)
 	if args["HF_UID"] != "10001" || args["HF_GID"] != "10001" {
 		t.Errorf("infra/Dockerfile: ARG HF_UID, HF_GID defaults %q, %q; want 10001 (compose's default)", args["HF_UID"], args["HF_GID"])
@@ -424,6 +427,7 @@ func dockerfilePaths(t *testing.T) (created, owned func(string) bool, args map[s
 }
 
 func TestDockerfileBuildsTheBinary(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -449,6 +453,7 @@ func TestDockerfileBuildsTheBinary(t *testing.T) {
 // per `go list -deps ./cmd/harnessflow` (CGO_ENABLED=0, as the Dockerfile
 // builds), each package's Go files and embedded files.
 func TestDockerignore(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	data, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
 	if err != nil {
@@ -566,6 +571,7 @@ func mounts(t *testing.T, s types.ServiceConfig) map[string]string {
 // dashboards folder is mounted where its provider looks, and whose data
 // sources name compose services.
 func TestComposeMonitoring(t *testing.T) {
+	t.Parallel()
 	forEachShape(t, func(t *testing.T, sh composeShape, c *types.Project) {
 		root := repoRoot(t)
 		prom, graf := c.Services["prometheus"], c.Services["grafana"]
@@ -717,6 +723,7 @@ func clickhouseServers(c *types.Project) map[string]types.ServiceConfig {
 // mounts, and infra/scripts/compose-secrets.sh generates every secret file,
 // with the modes harnessflow accepts and the users the brokers know.
 func TestComposeCredentials(t *testing.T) {
+	t.Parallel()
 	files := map[string]string{}
 	forEachShape(t, func(t *testing.T, sh composeShape, c *types.Project) {
 		for k, v := range composeSecretFiles(t, c) {
@@ -937,6 +944,7 @@ const clusterFlag = "hf"
 // ClickHouse (migrate, sinks, trainer), which reach a server of the
 // cluster; the two sinks write through different shards.
 func TestComposeCluster(t *testing.T) {
+	t.Parallel()
 	single := loadCompose(t, composeShapes[0])
 	c := loadCompose(t, composeShapes[1])
 

@@ -32,6 +32,7 @@ import (
 // registry: single-object, batched), and the sink writes every attempt to ClickHouse, rejecting the same
 // message alone.
 func TestConfluentSerializerInterop(t *testing.T) {
+	t.Parallel()
 	node, nodePath := testenv.Node(t, "kafkajs", "@kafkajs/confluent-schema-registry")
 	b := testenv.Kafka(t)
 	reg := producerstest.NewRegistry(t)

@@ -21,6 +21,7 @@ import (
 // that does not parse is reported with its coordinates, and a topic of
 // nothing but such records exits 1.
 func TestConsumeOutcomes(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	var evs []schemas.Event

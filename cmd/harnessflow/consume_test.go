@@ -30,6 +30,7 @@ func consumeLines(out string) []string {
 }
 
 func TestConsumeMaxIdleAndStartAtEnd(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})
@@ -89,6 +90,7 @@ func TestConsumeMaxIdleAndStartAtEnd(t *testing.T) {
 }
 
 func TestConsumeDecodesDLQAndReportsUndecodable(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	rej := &schemas.Rejected{
@@ -188,6 +190,7 @@ func (f *consumeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestConsumeConfluentFramingWithSchemaRegistry(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	reg := httptest.NewServer(&consumeRegistry{})
@@ -224,6 +227,7 @@ func TestConsumeConfluentFramingWithSchemaRegistry(t *testing.T) {
 // pass it), and a payload cut short gives payload_error, with the entity
 // still named in the message.
 func TestConsumeShowsDeadLetterPayload(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	reg := producerstest.NewRegistry(t)

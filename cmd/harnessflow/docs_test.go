@@ -101,6 +101,7 @@ func codeOf(text string) map[int][]string {
 // its name in upper case), one the code or a compose file reads, or one a
 // document defines for the user's code.
 func TestDocsNameRealCommandsAndFlags(t *testing.T) {
+	t.Parallel()
 	root := newRoot()
 	flags := commandFlags(root)
 	anyCmd := map[string]bool{}
@@ -234,6 +235,7 @@ func codeEnvVars(t *testing.T) map[string]bool {
 // TestReadmeListsEverySubcommand: the README's "Every subcommand" table has
 // a row naming each subcommand (and each subcommand of bench and import).
 func TestReadmeListsEverySubcommand(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -286,6 +288,7 @@ func TestReadmeListsEverySubcommand(t *testing.T) {
 // the repository) is left only in the released SQL migrations, which cannot
 // change.
 func TestDesignCitationsResolve(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	design, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestIngestCommandRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 30*time.Second)
 	code, _, _ := prodRunCLI(t, ctx, "", "ingest", "--brokers", b.Addr(), "--listen", "127.0.0.1:0")

@@ -19,6 +19,7 @@ import (
 // database as `migrate --cluster hf` would: run through another node,
 // migrate then finds nothing to do, and every node has every table and view.
 func TestMigratePrintCluster(t *testing.T) {
+	t.Parallel()
 	cl := testenv.ClickHouseCluster(t)
 	var out bytes.Buffer
 	root := newRoot()

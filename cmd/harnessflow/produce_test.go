@@ -89,6 +89,7 @@ func prodTopicEvents(t *testing.T, ctx context.Context, addr string, topics ...s
 }
 
 func TestProduceReportsEachBadLineAndExits1(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	good := prodJSONL(t, producerstest.Mixed(3, "p"))
@@ -146,6 +147,7 @@ func TestProduceReportsEachBadLineAndExits1(t *testing.T) {
 }
 
 func TestProduceAllGoodFromStdinFillsEnvelope(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	evs := producerstest.Mixed(14, "")
@@ -172,6 +174,7 @@ func TestProduceAllGoodFromStdinFillsEnvelope(t *testing.T) {
 }
 
 func TestProduceUnreachableBrokerExits2(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,7 @@ func httpGet(url string) (int, string) {
 // /healthz stays 200 throughout, and neither command exits until it is
 // stopped, then with status 0.
 func TestProcessAndSinkReadyzAcrossOutages(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b1 := testenv.Kafka(t, dir)
 	addr := b1.Addr()

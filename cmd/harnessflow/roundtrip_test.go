@@ -19,6 +19,7 @@ import (
 // events of all seven raw types go in through `produce` and come back out of
 // `consume` identical, before and after the broker restarts on its data dir.
 func TestRoundTripSurvivesBrokerRestart(t *testing.T) {
+	t.Parallel()
 	const n = 10000
 	ctx := prodCtx(t, 3*time.Minute)
 	dir := t.TempDir()

@@ -40,6 +40,7 @@ func simRunCLI(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestSimulateCommand(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	code, out, errOut := simRunCLI(t, "simulate", "--brokers", b.Addr(), "--campaign", "cli", "--scale", "4", "--batch-size", "2",
 		"--benchmarks", "swe", "--agents", "opus46,qwen35_9b", "--evolvers", "qwen32b")
@@ -56,6 +57,7 @@ func TestSimulateCommand(t *testing.T) {
 }
 
 func TestImportAEvolveCommand(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	root := filepath.Join(t.TempDir(), "run1")
 	cell := filepath.Join(root, "opus46_x_none_mcp_s1")

@@ -26,6 +26,7 @@ import (
 // raises the five raw cell topics together, warns about cells in flight,
 // and refuses to lower a count or to touch a topic that is not ours.
 func TestTopicsListAndRaise(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	addr := b.Addr()
@@ -160,6 +161,7 @@ func TestTopicsUnderReplicatedOnSeveralBrokers(t *testing.T) {
 // and per partition; with no --group the brokers' groups and the defaults
 // are asked, and groups without commits are not shown.
 func TestTopicsGroupsShowsCommittedAndLag(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := prodCtx(t, 60*time.Second)
 	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})

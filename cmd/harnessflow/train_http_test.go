@@ -12,6 +12,7 @@ import (
 // naming the fix, a --score-token-file readable by others, an empty one,
 // and --tls-cert without --tls-key, before it connects to anything.
 func TestTrainHTTPSecurityFlags(t *testing.T) {
+	t.Parallel()
 	ctx := prodCtx(t, 60*time.Second)
 	dir := t.TempDir()
 	loose := filepath.Join(dir, "loose")

@@ -6,6 +6,7 @@ import (
 )
 
 func TestTrainMemoryLimit(t *testing.T) {
+	t.Parallel()
 	const tensors = 268 << 20
 	cases := []struct {
 		flag, gomemlimit string

@@ -14,6 +14,7 @@ import (
 // flag left alone, or another value, stays; the train command's defaults
 // are trainer.DefaultConfig's.
 func TestTrainReplayFlags(t *testing.T) {
+	t.Parallel()
 	all := func(string) bool { return true }
 	var c trainer.Config
 	explicitZeros(&c, all)
@@ -44,6 +45,7 @@ func TestTrainReplayFlags(t *testing.T) {
 // TestTrainRejectsBadReplayFlags: bad values stop `train` before any
 // network I/O, with exit code 2 and a message naming each flag.
 func TestTrainRejectsBadReplayFlags(t *testing.T) {
+	t.Parallel()
 	root := newRoot()
 	var out bytes.Buffer
 	root.SetOut(&out)

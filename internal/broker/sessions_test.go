@@ -47,6 +47,7 @@ func TestMain(m *testing.M) {
 // broker's session watch the survivor stays with half the partitions for
 // good: a trainer killed mid-join left hf.samples partitions unread.
 func TestMemberKilledMidJoinIsEvicted(t *testing.T) {
+	t.Parallel()
 	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", AssumedSessionTimeout: 2 * time.Second,
 		Opts: []kfake.Opt{kfake.GroupMinSessionTimeout(100 * time.Millisecond), kfake.SeedTopics(6, "t")}})
 	if err != nil {

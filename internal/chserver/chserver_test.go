@@ -17,6 +17,7 @@ import (
 )
 
 func TestStartKillRestartKeepsData(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := testenv.Context(t)
 	defer cancel()
 	srv, err := chserver.Start(ctx, chserver.Config{DataDir: t.TempDir()})
@@ -108,6 +109,7 @@ func TestStartKillRestartKeepsData(t *testing.T) {
 }
 
 func TestStartFailsWithInstallHintWithoutBinary(t *testing.T) {
+	t.Parallel()
 	_, err := chserver.Start(context.Background(), chserver.Config{
 		DataDir: t.TempDir(), Binary: "no-such-clickhouse-binary-for-harnessflow",
 	})
@@ -120,6 +122,7 @@ func TestStartFailsWithInstallHintWithoutBinary(t *testing.T) {
 }
 
 func TestStartReportsServerErrorsWithLogTail(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +145,7 @@ func TestStartReportsServerErrorsWithLogTail(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	c := chserver.Config{TCPPort: 70000, HTTPPort: -1}
 	err := c.Validate()
 	if err == nil || !errors.Is(err, chserver.ErrNoDataDir) || !strings.Contains(err.Error(), "TCPPort") || !strings.Contains(err.Error(), "HTTPPort") {

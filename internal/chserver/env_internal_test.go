@@ -6,6 +6,7 @@ import (
 )
 
 func TestChildEnvAddsAllocatorConfUnlessSet(t *testing.T) {
+	t.Parallel()
 	base := []string{"PATH=/bin", "HOME=/root"}
 	got := childEnv(base)
 	if want := append(slices.Clone(base), "MALLOC_CONF="+AllocatorConf); !slices.Equal(got, want) {

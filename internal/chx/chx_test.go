@@ -12,6 +12,7 @@ import (
 )
 
 func TestRetryable(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		err  error
 		want bool
@@ -30,6 +31,7 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestOpenWithoutAddress(t *testing.T) {
+	t.Parallel()
 	if _, err := chx.Open(context.Background(), " ", ""); !errors.Is(err, chx.ErrNoAddr) {
 		t.Fatalf("err = %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 // timeout, or at the user's earlier deadline; a peer that reads gets the
 // bytes.
 func TestWriteDeadlineConnBoundsWrites(t *testing.T) {
+	t.Parallel()
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()

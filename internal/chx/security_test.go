@@ -29,6 +29,7 @@ func writeCert(t *testing.T, dir string) (cert, key string) {
 // wrong or missing password, TLS to the plain port or an untrusted
 // certificate fail at once (no ping retries) with the flags to fix.
 func TestOpenPasswordAndTLS(t *testing.T) {
+	t.Parallel()
 	t.Cleanup(func() { _ = chx.Configure(chx.Security{}) })
 	ctx, cancel := testenv.Context(t)
 	defer cancel()
@@ -96,6 +97,7 @@ func TestOpenPasswordAndTLS(t *testing.T) {
 }
 
 func TestRefusedIsNotAnOutage(t *testing.T) {
+	t.Parallel()
 	for _, err := range []error{nil, errors.New("dial tcp 127.0.0.1:9000: connect: connection refused"),
 		&clickhouse.Exception{Code: 60, Message: "Table doesn't exist"}} {
 		if chx.Refused(err) {
@@ -108,6 +110,7 @@ func TestRefusedIsNotAnOutage(t *testing.T) {
 }
 
 func TestConfigureBadCA(t *testing.T) {
+	t.Parallel()
 	t.Cleanup(func() { _ = chx.Configure(chx.Security{}) })
 	bad := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(bad, []byte("not a certificate\n"), 0o600); err != nil {

@@ -19,6 +19,7 @@ import (
 // An error value is recognised by its name (err, or a name ending in err
 // or Err) or an .Err() call.
 func TestErrorsKeepTheirCause(t *testing.T) {
+	t.Parallel()
 	root := moduleRoot(t)
 	var found []string
 	files := 0
@@ -62,6 +63,7 @@ func TestErrorsKeepTheirCause(t *testing.T) {
 
 // TestUnwrappedErrorsFindsEveryForm keeps the check above honest.
 func TestUnwrappedErrorsFindsEveryForm(t *testing.T) {
+	t.Parallel()
 	src := `package p
 import "fmt"
 func g(err, closeErr error, ctx interface{ Err() error }, n int) {

@@ -10,6 +10,7 @@ import (
 )
 
 func TestIsLoopback(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]bool{
 		"127.0.0.1:9092":         true,
 		"127.1.2.3:80":           true,
@@ -41,6 +42,7 @@ func TestIsLoopback(t *testing.T) {
 // authentication is a zerolog warning naming it and its address; on
 // loopback, or with authentication, nothing is logged.
 func TestWarnUnauthenticatedLogsAWarning(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := zerolog.New(&buf).With().Str("component", "broker").Logger()
 	if !WarnUnauthenticated(log, "broker", "0.0.0.0:9092", false, "anyone who reaches it reads every topic") {

@@ -11,6 +11,7 @@ import (
 // zerolog's human-readable line (level, message, fields); auto picks JSON
 // when stderr is not a terminal (as under go test); a bad name is refused.
 func TestLogFormat(t *testing.T) {
+	t.Parallel()
 	defer func() { _ = SetLogFormat("auto") }()
 	line := func() string {
 		var b bytes.Buffer

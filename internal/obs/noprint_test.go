@@ -19,6 +19,7 @@ import (
 // writes to stdout on every call, as a forgotten debug line did in the
 // sink's lag poll. Commands (cmd/) print what their users asked for.
 func TestNoPrintsOutsideCommands(t *testing.T) {
+	t.Parallel()
 	root := moduleRoot(t)
 	var found []string
 	files := 0
@@ -64,6 +65,7 @@ func TestNoPrintsOutsideCommands(t *testing.T) {
 // must catch is caught, including an aliased fmt, and the forms it must
 // leave alone (Fprint to a writer, Sprint, a method named Println) are left.
 func TestPrintCallsFindsEveryForm(t *testing.T) {
+	t.Parallel()
 	src := `package p
 import (
 	"fmt"

@@ -45,6 +45,7 @@ func TestMuxServesMetricsHealthAndPprofOnlyWhenAsked(t *testing.T) {
 // the WithReady channel closes, then answers as /healthz does; without
 // WithReady it is /healthz. A Gatherer that is no Registry serves /metrics.
 func TestReadyzWaitsForReadyThenFollowsHealth(t *testing.T) {
+	t.Parallel()
 	var unhealthy error
 	ready := make(chan struct{})
 	reg := NewRegistry()
@@ -75,6 +76,7 @@ func TestReadyzWaitsForReadyThenFollowsHealth(t *testing.T) {
 // hf_ready{component}: 0 while starting or unhealthy, 1 when /readyz is 200;
 // a second Mux on the same registry does not panic.
 func TestReadyGaugeFollowsReadyz(t *testing.T) {
+	t.Parallel()
 	var unhealthy error
 	ready := make(chan struct{})
 	reg := NewRegistry()
@@ -109,6 +111,7 @@ func TestReadyGaugeFollowsReadyz(t *testing.T) {
 // connections at once, and returns nil once the request is answered. With a
 // grace shorter than the request, it returns the shutdown's deadline.
 func TestServeGraceLetsRequestsInFlightFinish(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		grace time.Duration

@@ -14,6 +14,7 @@ import (
 // WithCheck while /healthz stays 200 (liveness), hf_ready is 0 meanwhile,
 // and both recover once the check passes again.
 func TestReadyzFollowsChecks(t *testing.T) {
+	t.Parallel()
 	var kafkaDown, chDown atomic.Bool
 	ready := make(chan struct{})
 	close(ready)
@@ -76,6 +77,7 @@ func TestReadyzFollowsChecks(t *testing.T) {
 // the request; concurrent requests share one run; the result is reused
 // for the WithCheckEvery period.
 func TestReadyzBoundedByCheckTimeout(t *testing.T) {
+	t.Parallel()
 	block := make(chan struct{})
 	defer close(block)
 	var runs atomic.Int32

@@ -82,6 +82,7 @@ func TestSetNiceEveryThread(t *testing.T) {
 }
 
 func TestSetNiceRange(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{-1, 20} {
 		if err := SetNice(n); err == nil {
 			t.Errorf("SetNice(%d) accepted", n)
@@ -93,6 +94,7 @@ func TestSetNiceRange(t *testing.T) {
 }
 
 func TestNiceOf(t *testing.T) {
+	t.Parallel()
 	own, err := niceOf(os.Getpid()) // the main thread's id is the process id
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package proc
 import "testing"
 
 func TestStatFields(t *testing.T) {
+	t.Parallel()
 	line := []byte("4242 (my) (odd prog) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 30 10 3\n")
 	f, err := StatFields(line, 17)
 	if err != nil {

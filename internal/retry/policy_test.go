@@ -17,6 +17,7 @@ import (
 // module had eleven hand-made policies, two of which never reset after a
 // recovery. Loops use retry.Do, retry.Restarts or Policy.NewBackOff.
 func TestOnePolicy(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

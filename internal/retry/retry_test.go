@@ -12,6 +12,7 @@ import (
 // fault is retried after about Initial again, not after the longest wait
 // (chsink's and the processors' loops never reset theirs).
 func TestRestartsForgetPastFaultsAfterAHealthyRun(t *testing.T) {
+	t.Parallel()
 	clock := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
 	r := NewRestarts(Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	r.now = func() time.Time { return clock }
@@ -39,6 +40,7 @@ func TestRestartsForgetPastFaultsAfterAHealthyRun(t *testing.T) {
 // wraps without retrying, ctx's error when ctx ends, and nil once op
 // succeeds.
 func TestDoStopsOnPermanentAndContext(t *testing.T) {
+	t.Parallel()
 	p := Policy{Initial: time.Millisecond, Max: 2 * time.Millisecond}
 	bad := errors.New("bad")
 	tries := 0

@@ -13,6 +13,7 @@ import (
 // to run; the first line is the secret, without a BOM, its CRLF or spaces;
 // an empty file is refused.
 func TestFirstLine(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "pw")
 	if err := os.WriteFile(p, []byte("\ufeff s3cret \r\nignored\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // which fails under CI=true (CI installs every part; a skip there hides a
 // test that never ran) and skips elsewhere.
 func TestNoSkipsOutsideShortAndMissing(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +121,7 @@ func allowedGuard(e ast.Expr) bool {
 
 // TestSkipCallsFindsUnguardedSkips checks the finder on a planted file.
 func TestSkipCallsFindsUnguardedSkips(t *testing.T) {
+	t.Parallel()
 	src := []byte(`package x
 import "testing"
 func TestA(t *testing.T) {

@@ -43,6 +43,7 @@ func importAll(t *testing.T, cfg Config) ([]schemas.Event, Summary, string) {
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 func TestImportFixtures(t *testing.T) {
+	t.Parallel()
 	root := buildFixtures(t)
 	evs, sum, rep := importAll(t, Config{Dir: root})
 	t.Log(rep)
@@ -179,6 +180,7 @@ func TestImportFixtures(t *testing.T) {
 }
 
 func TestImportDeterministic(t *testing.T) {
+	t.Parallel()
 	root := buildFixtures(t)
 	a, _, _ := importAll(t, Config{Dir: root, Campaign: "c1"})
 	b, _, _ := importAll(t, Config{Dir: root, Campaign: "c1"})
@@ -195,6 +197,7 @@ func TestImportDeterministic(t *testing.T) {
 }
 
 func TestImportSingleCellAndErrors(t *testing.T) {
+	t.Parallel()
 	root := buildFixtures(t)
 	cell := filepath.Join(root, "mcp", "sonnet46_x_none_mcp_s2")
 	evs, sum, _ := importAll(t, Config{Dir: cell})
@@ -219,6 +222,7 @@ func TestImportSingleCellAndErrors(t *testing.T) {
 }
 
 func TestNormalizePythonRepr(t *testing.T) {
+	t.Parallel()
 	in := `{'a': True, 'b': None, "c": "True 'x'", 'd': 'it\'s "q"', 'e': [False, NaN, -Infinity]}`
 	var m map[string]any
 	if err := parseLoose([]byte(in), &m); err != nil {
@@ -279,6 +283,7 @@ func readAll(t *testing.T, ctx context.Context, addr string) []string {
 // producer into an embedded broker: the second import re-sends exactly the
 // same event ids (so every sink deduplicates them) and no new one.
 func TestImportTwiceIntoKafka(t *testing.T) {
+	t.Parallel()
 	root := buildFixtures(t)
 	b := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

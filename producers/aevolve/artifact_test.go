@@ -14,6 +14,7 @@ import (
 // the cell and the other cells are imported, every event valid. It used to
 // fail the update's event, and the import stopped there.
 func TestUnfitArtifactsAreLeftOutNotFatal(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	c := filepath.Join(root, "sonnet46_x_opus46_mcp_s1")
 	write(t, c, "summary.csv", "task_id,result,score,elapsed_s,output_len,detail,evo_cycle\nm1,PASS,1,1,1,,0\nm2,PASS,1,1,1,,1\n")

@@ -45,6 +45,7 @@ func checkChain(t *testing.T, evs []schemas.Event) (updates, attempts int) {
 // evo-n for every tag n broke the chain at the first such tag, and the
 // processors dead-lettered every later update and attempt.
 func TestImportKeepsTheVersionChain(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		evo1    map[string]string

@@ -13,6 +13,7 @@ import (
 // belong to); the report names them as skipped instead of counting them as
 // read and dropping them in silence. The matched ones are emitted.
 func TestSkillEventsWithoutAnAttemptAreReported(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	cell := "haiku45_x_none_sb_s1"
 	c := filepath.Join(root, cell)
@@ -42,6 +43,7 @@ func TestSkillEventsWithoutAnAttemptAreReported(t *testing.T) {
 // attempt to the processors, the other to ClickHouse) and the finish
 // counted two, which held it until the pending timeout.
 func TestRepeatedRowsBecomeOneAttempt(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	c := filepath.Join(root, "qwen235b_x_none_swe_s1")
 	write(t, c, "BENCHMARK_REPORT.md", "done_marker: DONE\n")

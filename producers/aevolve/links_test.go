@@ -26,6 +26,7 @@ import (
 // and none of its tasks is imported; the other cells are. Before, the link
 // was followed and its tasks imported.
 func TestSymlinkedCellDirectoryIsRefused(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	outside := filepath.Join(base, "store", "sonnet46_x_none_mcp_s1")
 	write(t, outside, "summary.csv", "task_id,result,score,elapsed_s,output_len,detail\nsecret1,PASS,1,1,1,\nsecret2,FAIL,0,1,1,\n")
@@ -79,6 +80,7 @@ func TestSymlinkedCellDirectoryIsRefused(t *testing.T) {
 // refused by name even when it points to a file of the same cell; before,
 // a link inside the cell was followed.
 func TestSymlinkedFileIsRefused(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	c := filepath.Join(root, "sonnet46_x_none_mcp_s1")
 	write(t, c, "real.csv", "task_id,result,score,elapsed_s,output_len,detail\nm1,PASS,1,1,1,\n")
@@ -102,6 +104,7 @@ func TestSymlinkedFileIsRefused(t *testing.T) {
 // to a file outside the run, as a link to another user's file would be) is
 // refused by name and its rows are not imported.
 func TestHardLinkedFileIsRefused(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	secret := filepath.Join(base, "elsewhere.csv")
 	if err := os.WriteFile(secret, []byte("task_id,result,score,elapsed_s,output_len,detail\nsecret,PASS,1,1,1,\n"), 0o644); err != nil {
@@ -132,6 +135,7 @@ func TestHardLinkedFileIsRefused(t *testing.T) {
 // escape codes (a cell, a file, a refused link) are printed escaped in the
 // report and in errors, never raw; before, "\x1b[31m" reached the terminal.
 func TestNamesArePrintedEscaped(t *testing.T) {
+	t.Parallel()
 	const esc = "\x1b[31m"
 	base := t.TempDir()
 	root := filepath.Join(base, "camp")

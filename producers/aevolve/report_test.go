@@ -9,6 +9,7 @@ import (
 // report stays readable); control characters, escape codes, bidirectional
 // overrides and invalid UTF-8 are quoted.
 func TestShownEscapesWhatIsNotPrintable(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"camp/sonnet46_x_none_mcp_s1/summary.csv": "camp/sonnet46_x_none_mcp_s1/summary.csv",
 		"tâche 1 (été)":                           "tâche 1 (été)",
@@ -28,6 +29,7 @@ func TestShownEscapesWhatIsNotPrintable(t *testing.T) {
 // TestSummaryTextEscapesNames: the summary the import command prints
 // names cells escaped.
 func TestSummaryTextEscapesNames(t *testing.T) {
+	t.Parallel()
 	s := Summary{Campaign: "c\x1b]0;x\x07", Events: 3, Refused: 1,
 		Cells: []CellReport{{CellID: "a\x1b[31m_x_none_mcp_s1", Benchmark: "mcp", Agent: "a\x1b[31m", Seed: 1, Attempts: 2}}}
 	var b strings.Builder

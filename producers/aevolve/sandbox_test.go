@@ -76,6 +76,7 @@ func attemptsOf(evs []schemas.Event, cell string) []string {
 // commit, core.fsmonitor, diff.external, textconv, core.pager) must not make
 // the importer run any of them; the updates are still read.
 func TestGitConfigOfTheWorkspaceRunsNoProgram(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	marker := filepath.Join(base, "pwned")
 	evil := filepath.Join(base, "evil.sh")
@@ -133,6 +134,7 @@ func TestGitConfigOfTheWorkspaceRunsNoProgram(t *testing.T) {
 // cell directory is not imported; the report says why and the other cells
 // are imported.
 func TestLinkOutOfTheCellIsRefused(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	secret := filepath.Join(base, "elsewhere.csv")
 	if err := os.WriteFile(secret, []byte("task_id,result,score,elapsed_s,output_len,detail\nsecret,PASS,1,1,1,\n"), 0o644); err != nil {
@@ -163,6 +165,7 @@ func TestLinkOutOfTheCellIsRefused(t *testing.T) {
 // the tree through a second link) or made a FIFO is refused, not read
 // forever or waited on.
 func TestDeviceAndFIFOAreRefused(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	c := filepath.Join(root, "sonnet46_x_none_mcp_s1")
 	if err := os.MkdirAll(c, 0o755); err != nil {
@@ -191,6 +194,7 @@ func TestDeviceAndFIFOAreRefused(t *testing.T) {
 // TestNothingButRefusedFilesIsAnError: when every result file is refused
 // the import fails (wrapping ErrRefused) instead of reporting success.
 func TestNothingButRefusedFilesIsAnError(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	c := filepath.Join(root, "sonnet46_x_none_mcp_s1")
 	if err := os.MkdirAll(c, 0o755); err != nil {
@@ -208,6 +212,7 @@ func TestNothingButRefusedFilesIsAnError(t *testing.T) {
 // TestFileOverTheCapIsRefused: a result file over the byte cap is refused
 // by its size, naming the cap, instead of read whole.
 func TestFileOverTheCapIsRefused(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	c := filepath.Join(root, "qwen235b_x_none_swe_s1")
 	write(t, c, "results.json", "")
@@ -224,6 +229,7 @@ func TestFileOverTheCapIsRefused(t *testing.T) {
 // TestDoneMarkerStaysInTheCell: an absolute done_marker or one that climbs
 // out of the cell does not finish the cell, even where the file exists.
 func TestDoneMarkerStaysInTheCell(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	write(t, base, "outside", "")
 	root := filepath.Join(base, "camp")
@@ -247,6 +253,7 @@ func TestDoneMarkerStaysInTheCell(t *testing.T) {
 // line, not every row after it; a UTF-8 BOM is no part of the first column;
 // an evo_cycle out of int32 range is a row error, not a wrapped cycle.
 func TestSummaryCSVHostileRows(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	c := filepath.Join(root, "sonnet46_x_opus46_mcp_s1")
 	write(t, c, "summary.csv", "\ufefftask_id,result,score,elapsed_s,output_len,detail,evo_cycle\n"+
@@ -277,6 +284,7 @@ func TestSummaryCSVHostileRows(t *testing.T) {
 // no round number (above 2^32, fractional, negative, NaN) is skipped and
 // reported, never wrapped into an int32; the other rows are kept.
 func TestSkillsBenchHostileNumbers(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "camp")
 	cell := "haiku45_x_opus46_sb_s1"
 	write(t, filepath.Join(root, cell), "results.jsonl", ""+

@@ -119,6 +119,7 @@ func jsonOf(t *testing.T, ev schemas.Event) string {
 }
 
 func TestIngestAnswers(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 16<<10)
 	one := producerstest.TaskAttempt(1, "")
 	one.Source = ""
@@ -219,6 +220,7 @@ func TestIngestAnswers(t *testing.T) {
 }
 
 func TestLoadTokensAndConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	os.WriteFile(good, []byte("# c\n\nt1 p1\nt2 p2\n"), 0o600)
@@ -243,6 +245,7 @@ func TestLoadTokensAndConfig(t *testing.T) {
 // before the acknowledgement is counted as gone (499), not as a delivery
 // failure of the brokers.
 func TestDeliveryFailureAnswers(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	c := b.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
@@ -299,6 +302,7 @@ func TestDeliveryFailureAnswers(t *testing.T) {
 // Retry-After at once instead of piling up in memory; once they are
 // acknowledged the budget is free again.
 func TestBusyGatewayAnswersAtOnce(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	c := b.Cluster()
 	held, release := make(chan struct{}, 1), make(chan struct{})

@@ -78,6 +78,7 @@ func byType(evs []schemas.Event) map[schemas.Type][]schemas.Event {
 // once acknowledged); a span with harnessflow.cell_status sends the
 // cell's cell_finished, whose id is derived likewise.
 func TestOTLPTraceOpensAndEndsItsCell(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 0)
 	if ps := postPB(t, g, aloneTrace(cellResource(), traceA, "t1", 0, false)); ps != nil {
 		t.Fatalf("partial success %v, want none", ps)
@@ -143,6 +144,7 @@ func TestOTLPTraceOpensAndEndsItsCell(t *testing.T) {
 // without harnessflow.campaign_id opens no cell (its cell_started comes
 // from /v1/events, as before).
 func TestOTLPCellAttributesRefuseTheirTrace(t *testing.T) {
+	t.Parallel()
 	noRoute := cellResource()
 	for i, a := range noRoute.Attributes {
 		if a.Key == "harnessflow.route" {
@@ -175,6 +177,7 @@ func TestOTLPCellAttributesRefuseTheirTrace(t *testing.T) {
 // TestOmittedFinalIsTrueOnBothEndpoints: an attempt that does not say
 // final is final on /v1/events as on /v1/traces.
 func TestOmittedFinalIsTrueOnBothEndpoints(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 0)
 	if code, body := g.post("tok-a", `{"type":"task_attempt","cell_id":"c-f","task_id":"t-events","attempt":1,"status":"ok","score":1,"success":true}`); code != http.StatusAccepted {
 		t.Fatalf("/v1/events: %d %s", code, body)

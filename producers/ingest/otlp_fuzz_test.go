@@ -15,6 +15,7 @@ import (
 // ids, integers as strings, enums as numbers, an unknown field) decodes to
 // exactly the request the protobuf test sends.
 func TestOTLPJSONDecodesLikeProtobuf(t *testing.T) {
+	t.Parallel()
 	got, err := ingest.DecodeOTLPTraces([]byte(sampleTraceJSON), true)
 	if err != nil {
 		t.Fatal(err)

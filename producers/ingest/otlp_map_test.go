@@ -21,6 +21,7 @@ import (
 // before its start (rejected: negative duration; in a trace of its own, so
 // the others stay accepted).
 func TestOTLPMapFallbacks(t *testing.T) {
+	t.Parallel()
 	invoke := kv("gen_ai.operation.name", "invoke_agent")
 	req := &coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
 		Resource: &resourcepb.Resource{Attributes: []*commonpb.KeyValue{kv("harnessflow.harness_version", "h9"), kv("harnessflow.cell_id", "cell-r")}},
@@ -54,6 +55,7 @@ func TestOTLPMapFallbacks(t *testing.T) {
 // tenant cannot get another's spans dropped as duplicates; the same
 // project's retried export keeps its ids.
 func TestOTLPEventIDsAreTheProjects(t *testing.T) {
+	t.Parallel()
 	ids := func(project string) []string {
 		evs, _, _, _, _ := ingest.MapTraces(sampleTrace(), project)
 		var out []string

@@ -337,6 +337,7 @@ func checkSample(t *testing.T, got []schemas.Event) {
 // events in Kafka span by span, the partial success, and that a retried
 // export gets the same event ids (so it is deduplicated downstream).
 func TestOTLPMapsSpans(t *testing.T) {
+	t.Parallel()
 	pb, err := proto.Marshal(sampleTrace())
 	if err != nil {
 		t.Fatal(err)
@@ -390,6 +391,7 @@ func TestOTLPMapsSpans(t *testing.T) {
 }
 
 func TestOTLPAnswers(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 64<<10)
 	pb, err := proto.Marshal(sampleTrace())
 	if err != nil {
@@ -460,6 +462,7 @@ func TestOTLPAnswers(t *testing.T) {
 // are accepted; a request
 // of spans that map to nothing is a plain success.
 func TestOTLPProjectRules(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 0)
 	req := sampleTrace()
 	a01 := req.ResourceSpans[0].ScopeSpans[0].Spans[0]

@@ -16,6 +16,7 @@ import (
 // 26 item 1: derived ids hash the project), so neither is taken for a
 // duplicate of the other.
 func TestIDLessEventsOfTwoProjectsGetTwoIDs(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}})
 	var obj map[string]any

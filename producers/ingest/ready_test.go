@@ -30,6 +30,7 @@ func getPath(url string) (int, string) {
 // (runGateway's cleanup fails the test if Run returned an error) and takes
 // events again after the restart.
 func TestReadyzAcrossBrokerRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b1 := testenv.Kafka(t, dir)
 	addr := b1.Addr()

@@ -44,6 +44,7 @@ func stop(srv *ingest.Server) {
 }
 
 func TestWithRegistererRegistersAndServes(t *testing.T) {
+	t.Parallel()
 	cfg := ingest.Config{Brokers: []string{"127.0.0.1:1"}, Tokens: map[string]string{"tok": "p"}}
 	// hf_ingest_requests_total has no series before a request.
 	want := []string{"hf_ingest_events_total", "hf_ingest_rejections_total", "hf_ingest_request_duration_seconds"}

@@ -45,6 +45,7 @@ func rawResponse(conn net.Conn, req *http.Request) (int, string, error) {
 // project's budget is full, and the slow uploads are cut off with 408 at the read timeout,
 // releasing their budget.
 func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	const maxBody = 64 << 10
 	// The slow uploads hold the budget until the read timeout: the window
@@ -127,6 +128,7 @@ func TestSlowUploadsOfOneTokenDoNotStarveOthers(t *testing.T) {
 // TestIdleConnectionsAreClosed: a connection that sends nothing, and a
 // keep-alive connection idle after an answer, are closed by the gateway.
 func TestIdleConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, ReadTimeout: time.Second, IdleTimeout: 500 * time.Millisecond})
 	addr := strings.TrimPrefix(g.url, "http://")
@@ -164,6 +166,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 // TestBearerSchemeIsCaseInsensitive: RFC 9110 makes the auth scheme
 // case-insensitive.
 func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 1<<20)
 	for i, scheme := range []string{"bearer", "BEARER", "Bearer"} {
 		req, _ := http.NewRequest(http.MethodPost, g.url+"/v1/events", strings.NewReader(jsonOf(t, producerstest.TaskAttempt(i, ""))))
@@ -194,6 +197,7 @@ func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
 // TestTokensFileChecks: a tokens file open to group or others is refused
 // with the chmod that fixes it; a UTF-8 BOM is stripped.
 func TestTokensFileChecks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	loose := filepath.Join(dir, "loose")
 	if err := os.WriteFile(loose, []byte("t1 p1\n"), 0o600); err != nil {
@@ -232,6 +236,7 @@ func gzipString(t *testing.T, s string) []byte {
 // TestEventsGzip: /v1/events inflates Content-Encoding gzip up to MaxBody
 // (413 past it) and refuses other encodings with 415.
 func TestEventsGzip(t *testing.T) {
+	t.Parallel()
 	const maxBody = 16 << 10
 	g := startGateway(t, maxBody)
 	post := func(enc string, body []byte) (int, string) {
@@ -271,6 +276,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 
 // TestTLS: with TLSCert and TLSKey the gateway speaks HTTPS only.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	certFile, keyFile, pool := selfSigned(t, t.TempDir())
 	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, TLSCert: certFile, TLSKey: keyFile})

@@ -9,6 +9,7 @@ import (
 )
 
 func TestSplitItemsShapes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, body string
 		n          int

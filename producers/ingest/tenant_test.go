@@ -31,6 +31,7 @@ import (
 // of the pipeline's derived types (alone, or among valid events), with a
 // tenant token, and nothing of such a request reaches any topic.
 func TestInternalTypesRefused(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 1<<20)
 	for i, typ := range producerstest.DerivedTypes {
 		forged := jsonOf(t, producerstest.Derived(typ, i, ""))
@@ -79,6 +80,7 @@ func stall(t *testing.T, g *gateway, token string, contentLength int, head strin
 // budget, and projB's request is accepted. Before, each token had its own
 // share and the eight took the whole budget from projB.
 func TestInflightBudgetIsPerProject(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	const maxBody = 64 << 10
 	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: maxBody, ReadTimeout: 20 * time.Second,
@@ -108,6 +110,7 @@ func TestInflightBudgetIsPerProject(t *testing.T) {
 // another project is served. Before, their number was bounded only by open
 // files.
 func TestTinyContentLengthUploadsAreBounded(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	g := runGateway(t, ingest.Config{Brokers: []string{b.Addr()}, MaxBody: 1 << 20, ReadTimeout: 20 * time.Second})
 	for i := 0; i < 40; i++ {
@@ -176,6 +179,7 @@ func hostileOTLP(n, a int) []hostile {
 // empty attributes and resource_spans were answered 200 after decoding
 // them all (8 MiB of empty spans took 832 MB).
 func TestOTLPHostileBodiesRefused(t *testing.T) {
+	t.Parallel()
 	const maxBody = 2 << 20
 	g := startGateway(t, maxBody)
 	const size = maxBody - 64
@@ -215,6 +219,7 @@ func allocated(f func()) uint64 {
 // the ~100 bytes an empty span or attribute costs once decoded (832 MB for
 // 8 MiB of empty spans before).
 func TestOTLPDecodeMemoryIsBoundedByCaps(t *testing.T) {
+	t.Parallel()
 	const size = 8 << 20
 	d := ingest.DefaultConfig()
 	for _, h := range hostileOTLP(size/3, size/3) {

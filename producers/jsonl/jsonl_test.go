@@ -58,6 +58,7 @@ func stored(t *testing.T, ctx context.Context, addr string, d *schemas.Decoder) 
 }
 
 func TestProduceRejectsBadLinesAndProducesTheRest(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	good := lines(t, producerstest.Mixed(3, "p"))
@@ -82,6 +83,7 @@ func TestProduceRejectsBadLinesAndProducesTheRest(t *testing.T) {
 }
 
 func TestProduceFillsEnvelope(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	evs := producerstest.Mixed(7, "")
@@ -105,6 +107,7 @@ func TestProduceFillsEnvelope(t *testing.T) {
 }
 
 func TestProduceWithSchemaRegistry(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	reg := producerstest.NewRegistry(t)
@@ -145,6 +148,7 @@ func TestProduceWithSchemaRegistry(t *testing.T) {
 }
 
 func TestProduceSchemaRegistryDownIsNotARejectedLine(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx := ctxT(t, 60*time.Second)
 	in := strings.Join(lines(t, producerstest.Mixed(3, "p")), "\n")

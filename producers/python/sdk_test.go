@@ -145,6 +145,7 @@ func readReport(t *testing.T, path string) (want, absent []string) {
 }
 
 func TestPythonSDK(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	b := testenv.Kafka(t)
 	url := startGateway(t, b.Addr())
@@ -249,6 +250,7 @@ func installRecipe(t *testing.T, path, after string) []string {
 // and ensurepip (Debian: python3-venv) the test is skipped, or fails under
 // CI=true.
 func TestPythonInstallAsDocumented(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	recipe := installRecipe(t, "README.md", "## Install")
 	if top := installRecipe(t, filepath.Join("..", "..", "README.md"), "**Python.**"); strings.Join(top, "\n") != strings.Join(recipe, "\n") {

@@ -13,6 +13,7 @@ import (
 // their lifts have the campaign's distribution: mean the cell's mean
 // increment, correlated with quality as contentSD / updateNoise.
 func TestCandidates(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Campaign: "c", Seed: 3}
 	off := cfg
 	off.TextSignal = Bool(false)
@@ -76,6 +77,7 @@ func TestCandidates(t *testing.T) {
 }
 
 func TestCandidatesRejectBadArguments(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Campaign: "c", Seed: 3}
 	for _, c := range []struct {
 		bm, agent, ev string
@@ -98,6 +100,7 @@ func TestCandidatesRejectBadArguments(t *testing.T) {
 // TestTruthOfMatchesTheRun: TruthOf returns, for every update a campaign
 // writes (text signal on and off), the latent draw the run made.
 func TestTruthOfMatchesTheRun(t *testing.T) {
+	t.Parallel()
 	for _, text := range []bool{true, false} {
 		cfg := Config{Campaign: "truth", Seed: 4, Scale: 15, BatchSize: 5, Benchmarks: []string{BenchSWE, BenchMCP},
 			Agents: []string{"opus46", "qwen32b"}, TextSignal: Bool(text)}
@@ -133,6 +136,7 @@ func TestTruthOfMatchesTheRun(t *testing.T) {
 // correlation of quality and lift is its square root, and TruthOf's
 // content lift follows it too.
 func TestContentShare(t *testing.T) {
+	t.Parallel()
 	for _, share := range []float64{0.3, 0.7} {
 		cfg := Config{Campaign: "c", Seed: 5, ContentShare: share}
 		var n, sq, sl, sqq, sll, sql float64

@@ -175,6 +175,7 @@ func fitSamples(ss []sample) []float64 {
 // (seed 2, held-out wording), explains a substantial share of the updates'
 // latent effects with the text signal on, and nothing with it off.
 func TestTextExplainsEffect(t *testing.T) {
+	t.Parallel()
 	base := Config{Scale: 40, BatchSize: 2}
 	on, held := base, base
 	held.Seed, held.HeldOutWording = 2, true
@@ -200,6 +201,7 @@ func TestTextExplainsEffect(t *testing.T) {
 // TestControlKeepsEffects: turning the text signal off changes the skills'
 // text and nothing else — the same effects, tasks and outcomes.
 func TestControlKeepsEffects(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scale: 6, BatchSize: 2, Benchmarks: []string{"swe", "mcp"}, Agents: []string{"qwen235b", "qwen35_9b"}, Evolvers: []string{"opus46", "qwen32b"}}
 	ctl := cfg
 	ctl.TextSignal = Bool(false)
@@ -233,6 +235,7 @@ func TestControlKeepsEffects(t *testing.T) {
 // listing the tools helps MCP-Atlas and not SWE, long skills cost weak
 // agents more — and it shows in a campaign's realised draws.
 func TestContextInteraction(t *testing.T) {
+	t.Parallel()
 	c := content{focus: focusTestsFirst, steps: 4, checks: 2, specific: 1, filler: 1, verbose: 1}
 	if q1, q2 := quality(c, BenchSWE, "qwen235b"), quality(c, BenchMCP, "qwen235b"); q1 < q2+1 {
 		t.Errorf("tests-first: quality %.2f on swe, %.2f on mcp; want swe higher by 1 sd", q1, q2)
@@ -267,6 +270,7 @@ func TestContextInteraction(t *testing.T) {
 // for an anchor (non-weak) agent, on any benchmark — the tendency is in what
 // it writes, not a bonus (Δupdate flat across tiers).
 func TestEvolverStylesBalanced(t *testing.T) {
+	t.Parallel()
 	for _, bm := range DefaultBenchmarks {
 		for _, ev := range DefaultEvolvers {
 			r := rand.New(rand.NewPCG(1, 2))
@@ -285,6 +289,7 @@ func TestEvolverStylesBalanced(t *testing.T) {
 // TestHeldOutWording: a held-out-wording campaign shares no line of the
 // skills' bodies with an ordinary one.
 func TestHeldOutWording(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scale: 12, BatchSize: 2, Agents: []string{"haiku45"}}
 	held := cfg
 	held.HeldOutWording = true

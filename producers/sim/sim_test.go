@@ -30,6 +30,7 @@ func collect(t *testing.T, cfg Config) []schemas.Event {
 }
 
 func TestGenerateDeterministic(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scale: 10, BatchSize: 4, Benchmarks: []string{"swe", "mcp"}, Agents: []string{"opus46", "qwen35_9b"}, Evolvers: []string{"qwen32b"}}
 	enc := func(evs []schemas.Event) []byte {
 		var b bytes.Buffer
@@ -54,6 +55,7 @@ func TestGenerateDeterministic(t *testing.T) {
 }
 
 func TestGenerateContract(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scale: 12, BatchSize: 5}
 	evs := collect(t, cfg)
 	if _, ok := evs[0].(*schemas.CampaignDeclared); !ok {
@@ -160,6 +162,7 @@ func TestGenerateContract(t *testing.T) {
 // of the content, seeds 2, 6 and 10 of 1-12 failed alone; with the content
 // model, 5 of 12).
 func TestCalibration(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scale: 300, BatchSize: 50, Benchmarks: []string{"swe"}}
 	var evs []schemas.Event
 	for seed := int64(1); seed <= 3; seed++ {
@@ -198,6 +201,7 @@ func TestCalibration(t *testing.T) {
 }
 
 func TestExpectedHandComputed(t *testing.T) {
+	t.Parallel()
 	f := func(v float64) *float64 { return &v }
 	evs := []schemas.Event{
 		&schemas.CampaignDeclared{CampaignID: "c", AnchorAgents: []string{"a"}, AnchorEvolvers: []string{"e1", "e2"}},
@@ -241,6 +245,7 @@ func TestExpectedHandComputed(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	err := Generate(Config{Agents: []string{"gpt9"}, Benchmarks: []string{"hle"}}, func(schemas.Event) error { return nil })
 	if !errors.Is(err, ErrUnknownModel) || !errors.Is(err, ErrUnknownBenchmark) {
 		t.Fatalf("got %v", err)
@@ -250,6 +255,7 @@ func TestConfigValidate(t *testing.T) {
 // TestRunToKafka streams a small campaign through the real producer into an
 // embedded broker and reads every event back.
 func TestRunToKafka(t *testing.T) {
+	t.Parallel()
 	b := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -317,6 +323,7 @@ func TestRunToKafka(t *testing.T) {
 // Every skill the simulator can write has front matter that parses as YAML
 // with its name and description (the processors dead-letter anything else).
 func TestSkillFrontMatterIsYAML(t *testing.T) {
+	t.Parallel()
 	for bm, pool := range skillPools {
 		for _, s := range pool {
 			content := skillMD(s, content{focus: focusClaims, steps: 3, checks: 1, filler: 1, verbose: 1}, DefaultConfig(), bm, "opus46", "cell", 1, []string{"t1", "t2"}, []string{"t1"})

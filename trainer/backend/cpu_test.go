@@ -39,6 +39,7 @@ func near(t *testing.T, what string, got, want []float32, tol float64) {
 }
 
 func TestCPUGemmAllTransposes(t *testing.T) {
+	t.Parallel()
 	be := NewCPU()
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, sz := range [][3]int{{1, 1, 1}, {3, 5, 7}, {17, 9, 33}, {64, 5, 64}} {
@@ -73,6 +74,7 @@ func TestCPUGemmAllTransposes(t *testing.T) {
 }
 
 func TestCPUElementwise(t *testing.T) {
+	t.Parallel()
 	be := NewCPU()
 	r := rand.New(rand.NewPCG(3, 4))
 	rows, cols := 7, 5
@@ -134,6 +136,7 @@ func TestCPUElementwise(t *testing.T) {
 }
 
 func TestCPUEmbeddingBag(t *testing.T) {
+	t.Parallel()
 	be := NewCPU()
 	r := rand.New(rand.NewPCG(5, 6))
 	rows, dim := 50, 6
@@ -174,6 +177,7 @@ func TestCPUEmbeddingBag(t *testing.T) {
 }
 
 func TestCPUAdamW(t *testing.T) {
+	t.Parallel()
 	be := NewCPU()
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, n := range []int{5, parallelMin + 17} {

@@ -64,6 +64,7 @@ func sameKinds(a, b []kparam) bool {
 // resolves is an .entry of the embedded PTX with exactly the parameters the
 // launcher passes, and that the module header is what the driver JIT needs.
 func TestPTXEntriesMatchLauncher(t *testing.T) {
+	t.Parallel()
 	for _, want := range []string{".version ", ".target sm_", ".address_size 64"} {
 		if !strings.Contains(kernelPTX, want) {
 			t.Errorf("embedded PTX lacks %q", want)
@@ -92,6 +93,7 @@ func TestPTXEntriesMatchLauncher(t *testing.T) {
 // kernels with the same parameter kinds, so editing kernels.cu without
 // running gen.sh (or without updating cudaKernels) fails here.
 func TestCUSourceMatchesLauncher(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("kernels/kernels.cu")
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +129,7 @@ func TestCUSourceMatchesLauncher(t *testing.T) {
 // TestLaunchChecksArguments checks the launcher's own guard against passing a
 // kernel the wrong arguments (it records ErrCUDAArg instead of launching).
 func TestLaunchChecksArguments(t *testing.T) {
+	t.Parallel()
 	c := &cudaBackend{}
 	c.launch(kFill, 10, aPtr(0), aInt(10)) // one argument short
 	if c.err == nil || !strings.Contains(c.err.Error(), "fill takes 3 arguments, 2 passed") {

@@ -30,6 +30,7 @@ func openTestCUDA(tb testing.TB) *cudaBackend {
 // TestOpenCUDARegistered checks that this file's init wires OpenCUDA and that,
 // on a machine without a GPU, opening says why and points at --device cpu.
 func TestOpenCUDARegistered(t *testing.T) {
+	t.Parallel()
 	if OpenCUDA == nil {
 		t.Fatal("OpenCUDA is nil: cuda.go's init did not register the backend")
 	}
@@ -91,6 +92,7 @@ func colMajorSgemm(ta, tb int32, m, n, k int, alpha float32, a []float32, lda in
 // transposes and leading dimensions turn column-major Sgemm into the
 // row-major Gemm of the Backend contract, for all four transpose combinations.
 func TestGemmArgsRowMajor(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	cpu := NewCPU()
 	for _, sz := range [][3]int{{5, 3, 4}, {1, 7, 2}, {6, 1, 9}, {4, 4, 1}} {
@@ -197,6 +199,7 @@ func gpuRandomBags(rng *rand.Rand, batch, maxBag, rows int) (idx, offsets []int3
 // TestCUDAOpsMatchCPU runs every elementwise, embedding and optimizer
 // operation on random data on both backends and compares the results.
 func TestCUDAOpsMatchCPU(t *testing.T) {
+	t.Parallel()
 	gpu := openTestCUDA(t)
 	p := gpuPair{cpu: NewCPU(), gpu: gpu}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -301,6 +304,7 @@ func TestCUDAOpsMatchCPU(t *testing.T) {
 // TestCUDAGemmMatchesCPU checks cuBLAS Gemm against the CPU backend for all
 // four transpose combinations, with alpha, beta and odd sizes.
 func TestCUDAGemmMatchesCPU(t *testing.T) {
+	t.Parallel()
 	gpu := openTestCUDA(t)
 	p := gpuPair{cpu: NewCPU(), gpu: gpu}
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -322,6 +326,7 @@ func TestCUDAGemmMatchesCPU(t *testing.T) {
 // TestCUDAErrorsAreRecorded checks that misuse never panics: the operation is
 // skipped, Sync returns the first error, and a closed backend says so.
 func TestCUDAErrorsAreRecorded(t *testing.T) {
+	t.Parallel()
 	t.Run("short buffer", func(t *testing.T) {
 		gpu := openTestCUDA(t)
 		x := gpu.Alloc(10)

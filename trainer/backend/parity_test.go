@@ -173,6 +173,7 @@ var parityConfig = mlpConfig{vocab: 300, dim: 16, hidden: 32, out: 2, batch: 64,
 // written): on the CPU its loss must fall, so the parity test below compares
 // real training rather than noise. Runs everywhere.
 func TestMLPLearnsOnCPU(t *testing.T) {
+	t.Parallel()
 	cfg := parityConfig
 	cfg.lr = 1e-2
 	m := newMLP(NewCPU(), cfg, 1)
@@ -190,6 +191,7 @@ func TestMLPLearnsOnCPU(t *testing.T) {
 // TestCUDAParityWithCPU runs the same 20 steps from the same seed on the CPU
 // and the GPU and compares every weight and every step's loss.
 func TestCUDAParityWithCPU(t *testing.T) {
+	t.Parallel()
 	gpu := openTestCUDA(t)
 	cfg := parityConfig
 	const steps = 20

@@ -14,6 +14,7 @@ import (
 // evidence and for unseen cells with evidence, and replayed rows (later
 // epochs) do not move it.
 func TestAdditiveBaseIsTheContextRegression(t *testing.T) {
+	t.Parallel()
 	train, held, bs := splitWorld(t)
 	// An unseen cell with evidence (the pooled evidence regression) and a
 	// seen cell without (its mean effect).

@@ -62,6 +62,7 @@ func world(seed uint64, campaigns, seeds, rounds int) []*schemas.LabeledSample {
 }
 
 func TestSplitKeepsGroupsTogether(t *testing.T) {
+	t.Parallel()
 	samples := world(7, 40, 25, 1) // 1000 (campaign, seed) groups of 6 cells
 	for _, key := range []GroupKey{ByCampaign, ByCampaignSeed, ByCell} {
 		train, held, err := Split(samples, key, 0.2, 42)
@@ -129,6 +130,7 @@ func ids(ss []*schemas.LabeledSample) []string {
 }
 
 func TestGroupKeyFallback(t *testing.T) {
+	t.Parallel()
 	s := &schemas.LabeledSample{SampleID: "x", CellID: "c", Seed: 3}
 	for _, k := range []GroupKey{ByCampaign, ByCampaignSeed, ByCell} {
 		if g := k.Of(s); g != "cell:c" {
@@ -148,6 +150,7 @@ func TestGroupKeyFallback(t *testing.T) {
 }
 
 func TestMetricsKnownAnswers(t *testing.T) {
+	t.Parallel()
 	if got := RMSE([]float64{1, 2, 3}, []float64{1, 2, 5}); !near(got, math.Sqrt(4.0/3), 1e-12) {
 		t.Errorf("RMSE = %v", got)
 	}
@@ -188,6 +191,7 @@ func TestMetricsKnownAnswers(t *testing.T) {
 }
 
 func TestEvidenceScore(t *testing.T) {
+	t.Parallel()
 	q := "task t1: pass score=1\ninput: task t9: pass\ntask t2: fail score=0.5\ntask t3: no outcome in this cell\nevidence summary: Round 2: 1 of 2 tasks failed (t2)."
 	if x, ok := EvidenceScore(q); !ok || x != 0.75 {
 		t.Errorf("score lines: %v %v, want 0.75", x, ok)
@@ -218,6 +222,7 @@ func TestEvidenceScore(t *testing.T) {
 // evidence itself; an unseen cell gets the evidence regression; and
 // hostile figures in training queries leave every prediction finite.
 func TestContextRegressionFallbacks(t *testing.T) {
+	t.Parallel()
 	mk := func(ev string, e float64, q string) *schemas.LabeledSample {
 		return &schemas.LabeledSample{SampleID: fmt.Sprint(ev, e, q), EvolverModel: ev, AgentModel: "a", Benchmark: "b", Effect: e, Label: "neutral", Query: q}
 	}
@@ -254,6 +259,7 @@ func TestContextRegressionFallbacks(t *testing.T) {
 }
 
 func TestBaselinesKnownAnswers(t *testing.T) {
+	t.Parallel()
 	mk := func(ev string, e float64, label, q string) *schemas.LabeledSample {
 		return &schemas.LabeledSample{SampleID: fmt.Sprint(ev, e), EvolverModel: ev, AgentModel: "a", Benchmark: "b", Effect: e, Label: label, Query: q}
 	}
@@ -309,6 +315,7 @@ func TestBaselinesKnownAnswers(t *testing.T) {
 // correlates the other way, so the evidence regression alone gets the slope
 // wrong and the context regression (a level per cell, one slope) does not.
 func TestContextRegressionWithinCells(t *testing.T) {
+	t.Parallel()
 	mk := func(ev string, x, e float64) *schemas.LabeledSample {
 		q := "no evidence"
 		if !math.IsNaN(x) {
@@ -373,6 +380,7 @@ func splitWorld(t *testing.T) (train, held []*schemas.LabeledSample, bs []Predic
 }
 
 func TestTruthBeatsBaselines(t *testing.T) {
+	t.Parallel()
 	_, held, bs := splitWorld(t)
 	rep, err := Evaluate(Config{Resamples: 300, Seed: 1}, held, truth(held), bs)
 	if err != nil {
@@ -419,6 +427,7 @@ func TestTruthBeatsBaselines(t *testing.T) {
 // levels as well as the context regression but orders nothing within a
 // round does not.
 func TestVerdictRestsOnWithinRoundRanking(t *testing.T) {
+	t.Parallel()
 	_, held, bs := splitWorld(t)
 	var ctx Predictions
 	for _, b := range bs {
@@ -465,6 +474,7 @@ func TestVerdictRestsOnWithinRoundRanking(t *testing.T) {
 }
 
 func TestMedianPredictorNoSignal(t *testing.T) {
+	t.Parallel()
 	_, held, bs := splitWorld(t)
 	m := bs[0] // median
 	m.Name = "model"
@@ -491,6 +501,7 @@ func TestMedianPredictorNoSignal(t *testing.T) {
 }
 
 func TestBootstrapDeterministic(t *testing.T) {
+	t.Parallel()
 	_, held, bs := splitWorld(t)
 	m := bs[2] // cell-mean as the "model"
 	a, err := Evaluate(Config{Resamples: 200, Seed: 5}, held, m, bs)
@@ -518,6 +529,7 @@ func TestBootstrapDeterministic(t *testing.T) {
 // groups than when each row is its own group; and one group alone gets no
 // verdict.
 func TestGroupResamplingWidensCI(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(11, 2))
 	var grouped, single []*schemas.LabeledSample
 	var pred Predictions
@@ -576,6 +588,7 @@ func TestGroupResamplingWidensCI(t *testing.T) {
 }
 
 func TestEvaluateRejects(t *testing.T) {
+	t.Parallel()
 	rows := []*schemas.LabeledSample{{SampleID: "a", Label: "positive"}}
 	m := Predictions{Name: "m", Effect: true, Preds: make([]Prediction, 2)}
 	if _, err := Evaluate(Config{}, rows, m, nil); !errors.Is(err, ErrMismatch) {
@@ -602,6 +615,7 @@ func TestEvaluateRejects(t *testing.T) {
 }
 
 func TestModelPredictions(t *testing.T) {
+	t.Parallel()
 	var ms []*trainer.Model
 	for seed := uint64(0); seed < 2; seed++ {
 		m, err := trainer.NewModel(backend.NewCPU(), trainer.ModelConfig{Buckets: 1 << 10, CatBuckets: 16, Dim: 8, Hidden: 8, Seed: seed})
@@ -636,6 +650,7 @@ func TestModelPredictions(t *testing.T) {
 }
 
 func TestWriteTable(t *testing.T) {
+	t.Parallel()
 	_, held, bs := splitWorld(t)
 	rep, err := Evaluate(Config{Resamples: 50}, held, truth(held), bs)
 	if err != nil {
@@ -660,6 +675,7 @@ func TestWriteTable(t *testing.T) {
 // project's names are those without a project; every name is the one the
 // trainer's split uses (trainer.GroupOf), so critic-eval reproduces it.
 func TestGroupKeyIsPerProjectLikeTrainer(t *testing.T) {
+	t.Parallel()
 	for _, k := range []GroupKey{ByCampaign, ByCampaignSeed, ByCell} {
 		seen := map[string]string{}
 		for _, p := range []string{"projA", "projB", schemas.DefaultProject} {

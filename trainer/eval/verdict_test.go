@@ -11,6 +11,7 @@ import (
 // checkpoint's verdict is trainer.VerdictBeats, a copy of eval.VerdictBeats
 // (trainer cannot import trainer/eval); the two must stay equal.
 func TestVerdictBeatsMatchesTrainer(t *testing.T) {
+	t.Parallel()
 	if trainer.VerdictBeats != eval.VerdictBeats {
 		t.Fatalf("trainer.VerdictBeats %q, eval.VerdictBeats %q", trainer.VerdictBeats, eval.VerdictBeats)
 	}
