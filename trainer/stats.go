@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/harnessflow/harnessflow/schemas"
 )
 
 // HeldoutRecord is one held-out sample's outcome under the model of its time.
@@ -83,6 +85,17 @@ func idHash(ids []string) string {
 // gives the key of another (the length says where the project ends).
 func projectKey(project, id string) string {
 	return strconv.Itoa(len(project)) + "/" + project + "/" + id
+}
+
+// sampleRevision names a sample's revision: its id and the figures its
+// label rests on. The processors correct a labeled sample (events that
+// arrived late changed its cells' figures) by publishing it again under
+// the same id; the trainer trains each revision once, so a redelivery is a
+// duplicate and a correction is trained. (A correction does not unlearn
+// the revision before it: it adds the corrected evidence beside it.)
+func sampleRevision(s *schemas.LabeledSample) string {
+	return s.SampleID + "\x00" + strconv.FormatUint(math.Float64bits(s.Effect), 36) + "/" + s.Label + "/" +
+		strconv.Itoa(int(s.NBefore)) + "/" + strconv.Itoa(int(s.NAfter))
 }
 
 // legacyKey is the dedup key of a sample id remembered by a checkpoint

@@ -120,7 +120,8 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg, behind bool
 // intake sorts batch's messages for the step: it advances the frontier
 // over every message, dead-letters the undecodable and invalid ones, skips
 // duplicates (and remembers the rest in the dedup window; a duplicate is
-// the same project's sample id), updates the per-(project, cell) harness
+// the same project's sample id with the same figures: a corrected sample
+// is trained, sampleRevision), updates the per-(project, cell) harness
 // versions, drops the stale samples, and keeps the others
 // as held-out examples (every sample of a held-out group, heldout.go: never
 // trained; also kept in the evaluation's held-out ring, evalset.go) or training examples
@@ -156,11 +157,15 @@ func (t *Trainer) intake(ctx context.Context, batch []sampleMsg) (batchIntake, e
 		}
 		// Samples and cells are the project's: another project's equal
 		// sample id or cell id is another sample or cell.
-		if t.dedup.hasSample(s.Project, s.SampleID) {
+		// A revision of the sample (sampleRevision) is trained once; a
+		// bare (project, id) key is one a checkpoint remembered before
+		// revisions were told apart.
+		rev := sampleRevision(s)
+		if t.dedup.hasSample(s.Project, rev) || t.dedup.hasSample(s.Project, s.SampleID) {
 			in.dup++
 			continue
 		}
-		t.dedup.add(projectKey(s.Project, s.SampleID))
+		t.dedup.add(projectKey(s.Project, rev))
 		if len(t.cells) >= t.cfg.MaxCells {
 			t.cells = map[string]int32{}
 		}

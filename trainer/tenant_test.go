@@ -477,3 +477,29 @@ func TestPerProjectTrainerEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestCorrectedSampleIsTrainedRedeliveryIsNot: the processors correct a
+// labeled sample by publishing it again under its id with other figures
+// (late events); the trainer trains the correction, and still skips a
+// redelivery of either revision.
+func TestCorrectedSampleIsTrainedRedeliveryIsNot(t *testing.T) {
+	t.Parallel()
+	tr := replayTrainer(t, nil, nil)
+	first := genSamples(rand.New(rand.NewPCG(3, 4)), 0, 1)[0]
+	corrected := *first
+	corrected.Effect, corrected.NAfter = first.Effect+0.25, first.NAfter+2
+	in, err := tr.intake(context.Background(), []sampleMsg{{s: first}, {s: first}, {s: &corrected}, {s: &corrected}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.train)+len(in.held) != 2 || in.dup != 2 {
+		t.Fatalf("%d kept, %d duplicates; want 2 (the sample and its correction) and 2 (their redeliveries)", len(in.train)+len(in.held), in.dup)
+	}
+	// A window a checkpoint remembered by bare (project, id) still
+	// skips the sample.
+	old := replayTrainer(t, nil, nil)
+	old.dedup.add(projectKey(first.Project, first.SampleID))
+	if in, err := old.intake(context.Background(), []sampleMsg{{s: first}}); err != nil || in.dup != 1 {
+		t.Fatalf("a sample remembered by its bare id: %d duplicates (%v), want 1", in.dup, err)
+	}
+}
