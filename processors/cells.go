@@ -32,6 +32,61 @@ type cells struct {
 	// idle lists the unfinished cells, least recently touched first
 	// (Config.CellIdle); idleTail is the most recent.
 	idle, idleTail *cellState
+	// forgotten remembers, per project, the finished cells evicted after
+	// their retention window (Config.Grace), at most tombstoneCap each, the
+	// oldest going first: their later events are late_beyond_window, not
+	// unknown_cell (the cell_started did arrive).
+	forgotten map[string]*tombstones
+}
+
+// tombstones is one project's forgotten cells on a partition, in
+// eviction order.
+type tombstones struct {
+	set   map[string]struct{}
+	queue []string
+}
+
+// tombstoneCap is how many forgotten cells stage A remembers per project
+// and partition: four times Config.MaxOpenCells (at least 64); a cell id
+// costs about its length plus 50 bytes.
+func (c *cells) tombstoneCap() int { return max(64, 4*c.cfg.MaxOpenCells) }
+
+// forget remembers that the finished cell id was evicted.
+func (c *cells) forget(id cellKey) {
+	ts := c.forgotten[id.project]
+	if ts == nil {
+		ts = &tombstones{set: map[string]struct{}{}}
+		c.forgotten[id.project] = ts
+	}
+	if _, ok := ts.set[id.cell]; ok {
+		return
+	}
+	if len(ts.queue) >= c.tombstoneCap() {
+		delete(ts.set, ts.queue[0])
+		ts.queue[0] = ""
+		ts.queue = ts.queue[1:]
+	}
+	ts.set[id.cell] = struct{}{}
+	ts.queue = append(ts.queue, id.cell)
+}
+
+// wasForgotten reports that id is a finished cell evicted after its
+// retention window.
+func (c *cells) wasForgotten(id cellKey) bool {
+	ts := c.forgotten[id.project]
+	if ts == nil {
+		return false
+	}
+	_, ok := ts.set[id.cell]
+	return ok
+}
+
+// lateBeyondWindow is the rejection of an event of a cell that finished and
+// was forgotten after its retention window for late events.
+func lateBeyondWindow(ev schemas.Event, why string) *rejection {
+	return reject(schemas.StageLimit, CodeLateBeyondWindow,
+		"%s %q of cell %q arrived after the cell's retention window for late events: %s; it is not counted in any derived figure (the views leave it out too)",
+		ev.Type(), ev.Header().EventID, cellOf(ev), why)
 }
 
 // projUse is one project's share of a partition's stage A state.
@@ -72,7 +127,11 @@ type cellState struct {
 	current string // current harness version
 	known   map[string]struct{}
 	hashes  map[string]struct{}
-	ids     map[string]struct{} // admitted update ids (a redelivered update is skipped, not a duplicate_content)
+	ids     map[string]struct{} // admitted update event ids (a redelivered update is skipped, not a duplicate_content)
+	// updateIDs are the admitted updates' update_id (their natural key): a
+	// re-send under a new event id is passed on, unchecked (the scorer
+	// keeps the winner), and changes no version.
+	updateIDs map[string]struct{}
 	// attempts are the admitted task_attempt ids: a cell_finished waits until
 	// their count reaches its attempts field. Dropped when the cell finishes.
 	attempts map[string]struct{}
@@ -110,7 +169,7 @@ type cellState struct {
 }
 
 func newCells(cfg *Config, m *metrics) *cells {
-	return &cells{cfg: cfg, m: m, byID: map[cellKey]*cellState{}, projects: map[string]*projUse{},
+	return &cells{cfg: cfg, m: m, byID: map[cellKey]*cellState{}, projects: map[string]*projUse{}, forgotten: map[string]*tombstones{},
 		pending: pendingBuf{byCell: map[cellKey][]*pendItem{}, byProject: map[string]*pendProject{}}}
 }
 
@@ -253,6 +312,7 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink, now time.Ti
 	switch t {
 	case schemas.TypeHarnessUpdate:
 		cs.ids[m.ev.Header().EventID] = struct{}{}
+		cs.updateIDs[m.ev.(*schemas.HarnessUpdate).UpdateID] = struct{}{}
 	case schemas.TypeTaskAttempt:
 		if cs.attempts != nil {
 			cs.attempts[m.ev.Header().EventID] = struct{}{}
@@ -282,6 +342,10 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink, now time.Ti
 func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 	id := keyOf(m.ev)
 	cs := c.byID[id]
+	if cs == nil && c.wasForgotten(id) {
+		c.deadLetter(m, lateBeyondWindow(m.ev, "the cell finished and its state was dropped "+c.cfg.Grace.String()+" (--grace) after its cell_finished"), emit, out)
+		return
+	}
 	if st, ok := m.ev.(*schemas.CellStarted); ok {
 		c.started(cs, id, st, m, emit, out, now)
 		return
@@ -348,7 +412,7 @@ func (c *cells) started(cs *cellState, id cellKey, st *schemas.CellStarted, m *i
 	cs = &cellState{
 		id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
 		known:  map[string]struct{}{st.H0Version: {}},
-		hashes: map[string]struct{}{}, ids: map[string]struct{}{},
+		hashes: map[string]struct{}{}, ids: map[string]struct{}{}, updateIDs: map[string]struct{}{},
 		attempts:  map[string]struct{}{},
 		startedID: st.EventID,
 		proj:      pu, bytes: cellCharge, keep: cellCharge,
@@ -391,6 +455,14 @@ func (c *cells) attempt(cs *cellState, id cellKey, ev *schemas.TaskAttempt, m *i
 func (c *cells) update(cs *cellState, id cellKey, ev *schemas.HarnessUpdate, m *inMsg, emit bool, out *sink, now time.Time) {
 	if _, dup := cs.ids[ev.EventID]; dup {
 		c.m.duplicates.Inc()
+		return
+	}
+	if _, resent := cs.updateIDs[ev.UpdateID]; resent {
+		// The same update (natural key: cell, update_id) under a new event
+		// id: one update, whichever copy wins (the greatest event time and
+		// event id, in the scorer and the views alike). It is not checked
+		// against the chain it already advanced, and changes no version.
+		c.admit(cs, m, emit, out, now)
 		return
 	}
 	if ev.FromVersion != cs.current {
@@ -633,8 +705,14 @@ func (c *cells) expired(p *pendItem, why string, emit bool, out *sink) {
 		c.releaseFinish(p.cell, emit, out, p.sinceWall)
 		return
 	}
+	if c.wasForgotten(p.cell) {
+		// It waited while the cell was still held, finished, and the cell
+		// was forgotten meanwhile (an event never waits for a held cell).
+		c.deadLetter(p.m, lateBeyondWindow(p.m.ev, "the cell finished and its state was dropped "+c.cfg.Grace.String()+" (--grace) after its cell_finished"), emit, out)
+		return
+	}
 	c.deadLetter(p.m, reject(schemas.StageSemantic, CodeUnknownCell,
-		"%s %q: the cell_started of cell %q did not arrive before %s", p.m.ev.Type(), p.m.ev.Header().EventID, p.cell.cell, why), emit, out)
+		"%s %q: no cell_started of cell %q reached the processors before %s", p.m.ev.Type(), p.m.ev.Header().EventID, p.cell.cell, why), emit, out)
 }
 
 // evict drops finished cells whose grace passed on either clock.
@@ -645,6 +723,7 @@ func (c *cells) evict(now time.Time) {
 			break
 		}
 		delete(c.byID, cs.id)
+		c.forget(cs.id)
 		cs.proj.bytes -= cs.bytes
 		cs.proj.cells--
 		c.dropProject(cs.proj)

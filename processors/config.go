@@ -50,7 +50,11 @@ type Config struct {
 	PendingTimeout time.Duration
 	// Grace keeps a finished cell's state (stage A) and a done Pairer (stage
 	// B) this long after it finished, on the log clock and the wall clock
-	// alike, then evicts it. Default: 10m.
+	// alike, then evicts it. It is the retention window for late events:
+	// within it a late event of a finished cell corrects the derived
+	// events (stage B keeps a finished cell's inputs 2 × Grace), past it
+	// the event is dead-lettered late_beyond_window (doc.go, "Late
+	// events"). Default: 10m.
 	Grace time.Duration
 	// MaxOpenCells caps the unfinished cells one project may hold on one
 	// assigned partition (stage A; the raw cell topics have 6 partitions by

@@ -151,6 +151,18 @@ func TestDeadLetterNamesEntityForEveryCode(t *testing.T) {
 	bl.a.tick(&out, now.Add(2*time.Hour))
 	checkDeadLetter(t, CodeCellIdle, out.msgs, "cell c-3: ")
 
+	// A finished cell is forgotten --grace after its finish: a later
+	// attempt of it is late_beyond_window (not unknown_cell).
+	seen[CodeLateBeyondWindow] = true
+	_, bfeed = bounded(Config{Grace: time.Minute, FinishHold: -1})
+	bfeed(schemas.TopicCells, enc(started("start")), t0)
+	fin := &schemas.CellFinished{Envelope: env("fin"), CellID: "c-3", Status: schemas.CellCompleted}
+	bfeed(schemas.TopicCells, enc(fin), t0)
+	later := started("start-other")
+	later.CellID = "c-other"
+	bfeed(schemas.TopicCells, enc(later), t0.Add(2*time.Minute)) // the log clock passes the grace
+	checkDeadLetter(t, CodeLateBeyondWindow, bfeed(schemas.TopicAttempts, enc(attempt("t-late", "h0")), t0.Add(2*time.Minute)), "task t-late attempt 2"+cell)
+
 	src, err := os.ReadFile("errors.go")
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +182,7 @@ func codeOf(name string) string {
 		"CodeDuplicateContent": CodeDuplicateContent, "CodeNoEvidence": CodeNoEvidence, "CodeUnknownVersion": CodeUnknownVersion,
 		"CodeDuplicateCell": CodeDuplicateCell, "CodeScoreRejected": CodeScoreRejected, "CodePayloadTooLarge": CodePayloadTooLarge,
 		"CodeOpenCellsCap": CodeOpenCellsCap, "CodeStateBytesCap": CodeStateBytesCap, "CodeCellIdle": CodeCellIdle,
+		"CodeLateBeyondWindow": CodeLateBeyondWindow,
 	}[name]
 }
 

@@ -87,7 +87,9 @@
 //     an event that would take its project's state on the partition past
 //     Config.MaxStateBytes (state_bytes_cap; never a cell_finished); an
 //     unfinished cell with no admitted event for Config.CellIdle
-//     (cell_idle, see below);
+//     (cell_idle, see below); an event of a finished cell that was
+//     forgotten after its retention window for late events
+//     (late_beyond_window, see "Late events" below);
 //   - decode: the value does not decode (malformed, unknown_fingerprint,
 //     unknown_type); a Confluent-framed value whose schema id the schema
 //     registry does not have (unknown_schema_id), or read without
@@ -118,6 +120,37 @@
 // cell_finished and updates; other duplicates are passed on and deduplicated
 // by the scorer and the sinks. An update that is accepted adds its
 // to_version to the known versions and, unless rolled back, makes it current.
+// An update whose update_id the cell already admitted (its natural key,
+// re-sent under a new event id) is admitted unchecked and changes no
+// version: the scorer keeps one of the copies (processors/score, "Natural
+// keys and one winner": every event type's natural key, and the winner,
+// the greatest (event_time ms, event_id), as in the views). A second
+// cell_started or cell_finished under a new event id stays duplicate_cell:
+// the cell's identity (its pairing key) is taken from the first.
+//
+// # Late events
+//
+// Derived figures are a function of the events, not of their arrival
+// order. A late event — an attempt, skill event, judgment or update after
+// its round closed or after its cell's cell_finished, a cycle that arrives
+// rounds late — is admitted and counted: the scorer emits the round metrics
+// and samples it changes again, with the same event ids (a correction;
+// ReplacingMergeTree keeps the last, its version being the Kafka
+// coordinates). The retention window for late events bounds the state a
+// finished cell keeps: stage A keeps a finished cell Config.Grace (on the
+// log clock or the wall clock, whichever passes first) and then remembers
+// its id (at most four times Config.MaxOpenCells ids per project and
+// partition, oldest forgotten first); stage B keeps a finished cell's
+// inputs twice as long, since its clocks may run ahead of stage A's. An
+// event of a cell past its window is refused: stage limit, reason
+// late_beyond_window, a dead letter at the raw message's coordinates with
+// the event as payload when stage A refuses it (the usual case), at the
+// hf.outcomes record's when stage B does (its clocks ran ahead, or its
+// pairer was evicted: stage B's buffered events whose cell it no longer
+// holds are refused so when swept). Either way rejected_events holds the
+// refused event (the sink reads its id from the payload), and the views
+// leave it out. A cell whose id stage A no longer remembers is
+// unknown_cell ("no cell_started ... reached the processors").
 //
 // Admitted events go to hf.outcomes unchanged (same bytes), keyed by the
 // pairing key "project/campaign_id/benchmark/agent_model/seed", so a cell's
@@ -144,7 +177,11 @@
 // created with the campaign's label_epsilon and label_alpha (re-applied when
 // a declaration arrives or changes) and Config.MinPairs, Config.Lambda.
 // Events of a cell whose cell_started has not reached the Pairer are held
-// until it does. Outputs go to hf.samples and hf.round-metrics (key cell_id),
+// until it does (those of a key whose pairer was evicted are refused
+// late_beyond_window when swept, Config.Grace later). A cell's
+// cell_finished starts its late window: 2 × Config.Grace later the Pairer
+// forgets the cell (Pairer.Forget), and its later events are refused
+// late_beyond_window. Outputs go to hf.samples and hf.round-metrics (key cell_id),
 // with the ids the scorer derives. A batched record is read as its events,
 // all at the record's offset: the offset is consumed (committed) only with
 // the record's last event, so a commit that falls inside a record leaves it
@@ -204,11 +241,12 @@
 // member lost is processed or committed (kafka-go#1398, where a Reader hands
 // out messages of revoked partitions, cannot happen).
 //
-// Finished cells (stage A) and done Pairers (stage B) are evicted
-// Config.Grace after they finished, on the log clock or the wall clock,
-// whichever passes first, so memory stays flat on an endless stream; a
-// rebuild re-reads finished cells and evicts them as it passes. A late event
-// for an evicted cell is dead-lettered as unknown_cell.
+// Finished cells (stage A) are evicted Config.Grace after they finished,
+// finished cells' inputs and done Pairers (stage B) 2 × Config.Grace after,
+// on the log clock or the wall clock, whichever passes first, so memory
+// stays flat on an endless stream; a rebuild re-reads finished cells and evicts them as it passes.
+// A late event for an evicted cell is dead-lettered late_beyond_window
+// (see "Late events").
 //
 // State is bounded by design, not by numbers a client sends: no map or
 // slice is sized from an event's field (task_count, batch_size); per

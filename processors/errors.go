@@ -76,6 +76,12 @@ const (
 	// Config.CellIdle and its state was dropped (the dead letter has the
 	// coordinates of its cell_started and no payload).
 	CodeCellIdle = "cell_idle"
+	// CodeLateBeyondWindow (limit): an event of a cell that finished longer
+	// ago than the retention window for late events (--grace: stage A keeps
+	// a finished cell that long, stage B twice as long); within it a late
+	// event corrects the derived events, past it the cell's state is gone
+	// and the event is refused. The views leave these events out too.
+	CodeLateBeyondWindow = "late_beyond_window"
 )
 
 // rejection is the reason an input was dead-lettered. Its message does not

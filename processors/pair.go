@@ -14,16 +14,21 @@ import (
 // pairs is stage B's state for one assigned hf.outcomes partition: one
 // score.Pairer per pairing key. It is used by one goroutine.
 type pairs struct {
-	log      zerolog.Logger // set by the processor; zero value logs nothing
-	cfg      *Config
-	m        *metrics
-	camps    *campaignTable
-	byKey    map[string]*pairState
-	done     []*pairState // eviction queue, in the order pairers became done
+	log   zerolog.Logger // set by the processor; zero value logs nothing
+	cfg   *Config
+	m     *metrics
+	camps *campaignTable
+	byKey map[string]*pairState
+	done  []*pairState // eviction queue, in the order pairers became done
+	// finished lists the finished cells held by the pairers, in finishing
+	// order: each is forgotten (score.Pairer.Forget) once its retention
+	// window for late events passed (lateWindow).
+	finished []finishedCell
 	logClock time.Time
 	buffered int
 	// agedAt is the log clock at the last ageOut pass from process.
 	agedAt time.Time
+	now    time.Time // the wall clock of the message being processed
 }
 
 // pairState is one pairing key's Pairer with what the runtime adds: the
@@ -37,7 +42,7 @@ type pairState struct {
 	camp      *schemas.CampaignDeclared // the declaration whose params are applied
 	campVer   uint64                    // campaignTable.version when camp was looked up
 	started   map[cellKey]bool
-	buf       map[cellKey][]schemas.Event
+	buf       map[cellKey][]*inMsg
 	hadCell   bool
 	isDone    bool
 	doneLog   time.Time
@@ -45,6 +50,22 @@ type pairState struct {
 	touchLog  time.Time
 	touchWall time.Time
 }
+
+// finishedCell is a cell that finished in a pairer, and when (log clock,
+// wall clock).
+type finishedCell struct {
+	ps        *pairState
+	cell      string
+	log, wall time.Time
+}
+
+// lateWindow is how long stage B keeps a finished cell's state for late
+// events that correct its outputs: twice Config.Grace, stage A's window,
+// so that what stage A admits within its window still finds the state
+// when stage B's clocks run ahead of stage A's (its partitions mix the
+// raw partitions). An event stage B gets after that is dead-lettered
+// late_beyond_window.
+func (s *pairs) lateWindow() time.Duration { return 2 * s.cfg.Grace }
 
 func newPairs(cfg *Config, m *metrics, camps *campaignTable) *pairs {
 	return &pairs{cfg: cfg, m: m, camps: camps, byKey: map[string]*pairState{}}
@@ -73,6 +94,7 @@ func (s *pairs) params(ps *pairState) score.Params {
 // process feeds one hf.outcomes message to its key's Pairer. Outputs go to
 // out only when emit is true.
 func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
+	s.now = now
 	if m.ts.After(s.logClock) {
 		s.logClock = m.ts
 	}
@@ -90,7 +112,7 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 	key := string(m.key)
 	ps := s.byKey[key]
 	if ps == nil {
-		ps = &pairState{key: key, started: map[cellKey]bool{}, buf: map[cellKey][]schemas.Event{}}
+		ps = &pairState{key: key, started: map[cellKey]bool{}, buf: map[cellKey][]*inMsg{}}
 		ps.p = score.NewPairer(key, s.params(ps))
 		s.byKey[key] = ps
 	}
@@ -107,8 +129,8 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 		held := ps.buf[cell]
 		delete(ps.buf, cell)
 		s.buffered -= len(held)
-		for _, e := range held {
-			s.add(ps, m, e, emit, out)
+		for _, hm := range held {
+			s.add(ps, hm, hm.ev, emit || hm.emit, out)
 		}
 	} else if ps.started[cell] {
 		s.refreshParams(ps)
@@ -118,7 +140,9 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 			s.m.droppedOrphan.Inc()
 			return
 		}
-		ps.buf[cell] = append(ps.buf[cell], ev)
+		cp := *m
+		cp.emit = emit
+		ps.buf[cell] = append(ps.buf[cell], &cp)
 		s.buffered++
 		return
 	}
@@ -147,7 +171,14 @@ func (s *pairs) refreshParams(ps *pairState) {
 
 func (s *pairs) add(ps *pairState, m *inMsg, ev schemas.Event, emit bool, out *sink) {
 	outs, err := ps.p.Add(ev)
-	if err != nil && !errors.Is(err, score.ErrDuplicateBaseline) {
+	switch {
+	case err == nil:
+		if f, ok := ev.(*schemas.CellFinished); ok && ps.p.Finished(f.CellID) {
+			s.finished = append(s.finished, finishedCell{ps: ps, cell: f.CellID, log: m.ts, wall: s.now})
+		}
+	case errors.Is(err, score.ErrLateBeyondWindow):
+		s.deadLetter(m, lateBeyondWindow(ev, "stage B forgot the finished cell's state "+s.lateWindow().String()+" (2 x --grace) after it finished"), emit, out)
+	case !errors.Is(err, score.ErrDuplicateBaseline):
 		s.deadLetter(m, reject(schemas.StageSemantic, CodeScoreRejected, "%s %q: %v", ev.Type(), ev.Header().EventID, err).about(ev), emit, out)
 	}
 	if !emit {
@@ -195,8 +226,24 @@ func (s *pairs) expiredOn(logT, wallT, now time.Time) bool {
 	return logT.Add(s.cfg.Grace).Before(s.logClock) || wallT.Add(s.cfg.Grace).Before(now)
 }
 
-// evict drops done pairers whose grace passed on either clock.
+// evict forgets the finished cells whose late window passed, and drops
+// the done pairers whose late window passed, on either clock.
 func (s *pairs) evict(now time.Time) {
+	w := s.lateWindow()
+	k := 0
+	for _, f := range s.finished {
+		if !f.log.Add(w).Before(s.logClock) && !f.wall.Add(w).Before(now) {
+			break
+		}
+		if s.byKey[f.ps.key] == f.ps {
+			f.ps.p.Forget(f.cell)
+		}
+		k++
+	}
+	if k > 0 {
+		clear(s.finished[:k])
+		s.finished = s.finished[k:]
+	}
 	n := 0
 	for _, ps := range s.done {
 		if !ps.p.Done() || len(ps.buf) > 0 {
@@ -206,7 +253,7 @@ func (s *pairs) evict(now time.Time) {
 			n++
 			continue
 		}
-		if !s.expiredOn(ps.doneLog, ps.doneWall, now) {
+		if !ps.doneLog.Add(w).Before(s.logClock) && !ps.doneWall.Add(w).Before(now) {
 			break
 		}
 		if cur := s.byKey[ps.key]; cur == ps {
@@ -253,6 +300,12 @@ func (s *pairs) sweep(out *sink, now time.Time) {
 			for _, b := range ps.buf {
 				s.buffered -= len(b)
 				s.m.droppedOrphan.Add(float64(len(b)))
+				// Stage A admits only events of cells it saw start: an
+				// event whose cell_started stage B does not hold is one of
+				// a cell stage B forgot (its pairer was evicted).
+				for _, hm := range b {
+					s.deadLetter(hm, lateBeyondWindow(hm.ev, "stage B no longer holds the cell (its pairer was evicted "+s.cfg.Grace.String()+" (--grace) after its cells finished)"), hm.emit, out)
+				}
 			}
 			delete(s.byKey, k)
 		}

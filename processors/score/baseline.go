@@ -6,21 +6,50 @@ import "time"
 // task, against which the other cells' lifts are measured.
 type baseline struct {
 	cellID string
-	// scores maps task_id → attempt-1 score (0 when status ≠ ok) while the
-	// baseline runs; frozen holds them once it finished (scores is nil).
-	scores   map[string]float64
+	// cell is the baseline cell while the Pairer holds it (its attempt-1
+	// winners are the scores); once it is forgotten, frozen holds them.
+	cell     *cell
 	frozen   *scoreTable
 	finished bool
-	maxTime  time.Time
+	at       time.Time // the baseline's latest event time, once forgotten
 }
 
-// score returns the baseline's score on a task.
+// score returns the baseline's score on a task (its attempt-1 winner's;
+// 0 when its status is not ok).
 func (b *baseline) score(task string) (float64, bool) {
+	if b.cell != nil {
+		if rec := b.cell.baseRec(task); rec != nil {
+			return rec.score, true
+		}
+		return 0, false
+	}
 	if b.frozen != nil {
 		return b.frozen.get(task)
 	}
-	v, ok := b.scores[task]
-	return v, ok
+	return 0, false
+}
+
+// maxTime is the baseline's latest event time.
+func (b *baseline) maxTime() time.Time {
+	if b.cell != nil {
+		return b.cell.maxTime
+	}
+	return b.at
+}
+
+// freeze keeps the baseline's scores in a compact table when its cell is
+// forgotten (more evolved cells of the key may still start).
+func (b *baseline) freeze() {
+	if b.cell == nil {
+		return
+	}
+	m := map[string]float64{}
+	for tk := range b.cell.attempts {
+		if tk.attempt == 1 {
+			m[tk.task], _ = b.score(tk.task)
+		}
+	}
+	b.frozen, b.at, b.cell = freezeScores(m), b.cell.maxTime, nil
 }
 
 // size is the number of tasks scored.
@@ -28,8 +57,24 @@ func (b *baseline) size() int {
 	if b.frozen != nil {
 		return b.frozen.len()
 	}
-	return len(b.scores)
+	return 0
 }
 
-// baseReady reports that the baseline finished: its scores are final.
+// baseReady reports that the baseline finished: its scores are final
+// (until a late attempt of it corrects them).
 func (p *Pairer) baseReady() bool { return p.base != nil && p.base.finished }
+
+// baseRec is a baseline cell's attempt 1 of task: the lowest cycle's,
+// should the task have been solved in several rounds; nil if none.
+func (c *cell) baseRec(task string) *attemptRec {
+	best := c.attempts[tkey{task, 1}]
+	if best == nil {
+		return nil
+	}
+	for r := best.next; r != nil; r = r.next {
+		if r.cycle < best.cycle {
+			best = r
+		}
+	}
+	return best
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -12,18 +13,16 @@ import (
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
-// query renders the evidence the evolver saw (see the package doc).
-func (c *cell) query(u *pendingUpdate, r0 *round) (string, time.Time) {
+// query renders the evidence the evolver saw (see the package doc): each
+// evidence task's attempt-1 winner in the update's own round.
+func (c *cell) query(u *pendingUpdate) (string, time.Time) {
 	var b strings.Builder
 	at := u.at
 	for i, id := range u.evidence {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		var o *outcome
-		if r0 != nil {
-			o = r0.outcomes[id]
-		}
+		o := c.attempt(akey{id, u.cycle, 1})
 		if o == nil {
 			fmt.Fprintf(&b, "task %s: no outcome in this cell", id)
 			continue
@@ -93,54 +92,102 @@ func derivedID(kind, project string, parts ...string) string {
 	return hexID(append([]string{kind, project}, parts...)...)
 }
 
-// metrics builds the round metrics of round r of c.
+// metrics computes the round metrics of round r of c from the winners of
+// its attempts' natural keys and the skill loads and judgments attached to
+// them, summed in (task_id, attempt) order.
 func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 	info := c.info
 	rm := &schemas.RoundMetrics{
 		CellID: info.CellID, CampaignID: info.CampaignID, Benchmark: info.Benchmark,
 		AgentModel: info.AgentModel, EvolverModel: info.EvolverModel, Seed: info.Seed,
-		Cycle: r.cycle, NTasks: int32(len(r.order)),
+		Cycle: r.cycle,
 	}
-	at := r.maxTime
-	if n := len(r.order); n > 0 {
-		var passes int
-		var sum float64
-		for _, id := range r.order {
-			o := r.outcomes[id]
-			if o.success {
+	lifted := c.kind != kindBaseline && c.kind != kindProduction && p.base != nil
+	var at time.Time
+	var n, passes, offered, loaded, loadedPass int
+	var sum float64
+	var lift, adhLoad, adhFinal meanAcc
+	var sel []*judgRec
+	for _, rec := range r.sorted() {
+		k := rec.key
+		at = maxTime(at, rec.at)
+		if k.attempt == 1 {
+			n++
+			if rec.success {
 				passes++
 			}
-			sum += o.score
+			sum += rec.score
+			if lifted {
+				if b, ok := p.base.score(k.task); ok {
+					l := rec.score - b
+					lift.add(&l)
+				}
+			}
 		}
+		tk := tkey{k.task, k.attempt}
+		multi := c.multi > 0 && c.cyclesOf(tk).n > 1
+		isLoaded := false
+		var loads []*loadRec
+		if len(c.loads) > 0 {
+			loads = c.loads[tk]
+		}
+		for _, lr := range loads {
+			if multi {
+				if cy, _ := c.owner(tk, lr.ver.ms); cy != k.cycle {
+					continue
+				}
+			}
+			at = maxTime(at, lr.at)
+			isLoaded = isLoaded || lr.loaded
+		}
+		if rec.offered {
+			offered++
+			if isLoaded {
+				loaded++
+				if rec.success {
+					loadedPass++
+				}
+			}
+		}
+		if len(c.judgs) == 0 {
+			continue
+		}
+		if js := c.judgs[tk]; len(js) > 0 {
+			sel = sel[:0]
+			for _, j := range js {
+				if multi {
+					if cy, _ := c.owner(tk, j.ver.ms); cy != k.cycle {
+						continue
+					}
+				}
+				sel = append(sel, j)
+			}
+			if len(sel) > 1 {
+				sort.Slice(sel, func(i, j int) bool {
+					if sel[i].sub.skill != sel[j].sub.skill {
+						return sel[i].sub.skill < sel[j].sub.skill
+					}
+					return sel[i].sub.judge < sel[j].sub.judge
+				})
+			}
+			for _, j := range sel {
+				at = maxTime(at, j.at)
+				adhLoad.add(j.loaded)
+				adhFinal.add(j.fin)
+			}
+		}
+	}
+	rm.NTasks = int32(n)
+	if n > 0 {
 		rm.PassRate = 100 * float64(passes) / float64(n)
 		rm.MeanScore = sum / float64(n)
 	}
-	if c.kind != kindBaseline && c.kind != kindProduction && p.base != nil {
-		var lift meanAcc
-		for _, id := range r.order {
-			if b, ok := p.base.score(id); ok {
-				l := r.outcomes[id].score - b
-				lift.add(&l)
-			}
-		}
+	if lifted {
 		if lift.n > 0 {
 			v := 100 * lift.sum / float64(lift.n)
 			rm.LiftVsBaseline = &v
 		}
-		at = maxTime(at, p.base.maxTime)
-	}
-	var offered, loaded, loadedPass int
-	for _, rec := range r.attempts {
-		if !rec.offered {
-			continue
-		}
-		offered++
-		if rec.loaded {
-			loaded++
-			if rec.passed {
-				loadedPass++
-			}
-		}
+		at = maxTime(at, p.base.maxTime())
 	}
 	if offered > 0 {
 		v := float64(loaded) / float64(offered)
@@ -150,8 +197,8 @@ func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 		v := 100 * float64(loadedPass) / float64(loaded)
 		rm.LoadedPassRate = &v
 	}
-	rm.AdherenceLoaded = r.adhLoad.ptr()
-	rm.AdherenceFinal = r.adhFinal.ptr()
+	rm.AdherenceLoaded = adhLoad.ptr()
+	rm.AdherenceFinal = adhFinal.ptr()
 	rm.Envelope = schemas.Envelope{
 		EventID:   derivedID("round", p.params.Project, info.CellID, strconv.FormatInt(int64(r.cycle), 10)),
 		EventTime: at, Project: p.params.Project, Source: Source,
@@ -159,29 +206,35 @@ func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 	return rm
 }
 
-// values returns the per-task values of round r solved under version v: lifts
-// against the baseline (DesignLift, tasks with a baseline pair only) or scores.
-func (p *Pairer) values(r *round, v string, d Design) map[string]float64 {
+// values returns the per-task values of round r of c solved under version
+// v (attempt-1 winners): lifts against the baseline (DesignLift, tasks with
+// a baseline pair only) or scores; and the latest event time among them.
+func (p *Pairer) values(c *cell, r *round, v string, d Design) (map[string]float64, time.Time) {
+	var at time.Time
 	if r == nil {
-		return map[string]float64{}
+		return map[string]float64{}, at
 	}
-	m := make(map[string]float64, len(r.order))
-	for _, id := range r.order {
-		o := r.outcomes[id]
+	m := make(map[string]float64, len(r.keys))
+	for _, o := range r.keys {
+		k := o.key
+		if k.attempt != 1 {
+			continue
+		}
+		at = maxTime(at, o.at)
 		if o.version != v {
 			continue
 		}
 		if d == DesignLift {
-			b, ok := p.base.score(id)
+			b, ok := p.base.score(k.task)
 			if !ok {
 				continue
 			}
-			m[id] = o.score - b
+			m[k.task] = o.score - b
 			continue
 		}
-		m[id] = o.score
+		m[k.task] = o.score
 	}
-	return m
+	return m, at
 }
 
 // sample builds the labeled sample of update u of c from the rounds before
@@ -195,17 +248,12 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 	case kindProduction:
 		d = DesignUnpaired
 	}
-	r0, r1 := c.rounds[u.cycle], c.rounds[u.cycle+1]
-	before, after := p.values(r0, u.from, d), p.values(r1, u.to, d)
-	query, at := c.query(u, r0)
-	if r0 != nil {
-		at = maxTime(at, r0.outTime)
-	}
-	if r1 != nil {
-		at = maxTime(at, r1.outTime)
-	}
+	before, t0 := p.values(c, c.rounds[u.cycle], u.from, d)
+	after, t1 := p.values(c, c.rounds[u.cycle+1], u.to, d)
+	query, at := c.query(u)
+	at = maxTime(maxTime(at, t0), t1)
 	if d == DesignLift {
-		at = maxTime(at, p.base.maxTime)
+		at = maxTime(at, p.base.maxTime())
 	}
 	var est Estimate
 	var label, reason string

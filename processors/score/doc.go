@@ -9,19 +9,42 @@
 //
 // # Determinism
 //
-// An output is emitted only when every input it reads is final, and each of
-// its fields (ids, produced_at, values) is a function of those inputs only,
-// never of wall-clock time or of the interleaving of cells: the same set of
-// per-cell event sequences yields the same derived events, byte for byte.
-// Every decision about a cell's own events (is a round closed, is an event
-// late) is taken in that cell's order. Outputs returned by one Add call are
-// sorted by cell_id, cycle, type (round metrics first) and event id. Ids are
+// The last emission of every derived event is a function of the set of
+// the cells' events, not of their arrival order: an output is emitted when
+// its round closes (below), and emitted again, with the same event id and
+// new values, whenever a later input changes it (a late attempt, a round
+// that arrives late, a re-send that wins its natural key, a late baseline
+// attempt): a correction. The sink's ReplacingMergeTree keeps the last
+// record of an id (its version is the Kafka coordinates, and a correction
+// goes to the same partition, keyed by cell_id, after what it corrects),
+// so ClickHouse holds the figures of every event. A correction is emitted
+// only when some field differs. Each field (ids, produced_at, values) is a
+// function of the inputs read, summed in (task_id, attempt, cycle) order,
+// never of wall-clock time or of the interleaving of cells. Outputs
+// returned by one Add call are sorted by cell_id, cycle, type (round
+// metrics first) and event id. Ids are
 // hex(sha256("round|"+cell_id+"|"+cycle))[:32] and
-// hex(sha256("sample|"+update_id+"|"+cell_id))[:32]; event_time and
+// hex(sha256("sample|"+update_id+"|"+cell_id))[:32] (other projects than
+// the default hash the project too, derivedID); event_time and
 // produced_at are the latest event_time of the inputs read (for outputs that
 // read the baseline, the baseline cell's latest event_time). Campaign
-// parameters (SetParams) must be set before outputs become final for them to
+// parameters (SetParams) must be set before outputs are emitted for them to
 // be deterministic too.
+//
+// # Natural keys and one winner
+//
+// Events that share a natural key within their cell are one event, and the
+// winner is the one with the greatest (event_time in milliseconds,
+// event_id), whatever order they arrived in (the analyst views use the same
+// rule). Keys: task_attempt (task_id, cycle, attempt) — stream_idx is a
+// function of the task and the cycle; the cycle is part of the key because
+// a split_test cell solves the same held-out tasks every round; skill_event
+// (task_id, attempt, turn, tool, skill_name), of which only tool load_skill
+// is read; adherence_judgment (task_id, attempt, skill_name, judge_model);
+// harness_update (update_id): a re-send changes no version (the first copy
+// advanced the chain), the winner's fields make the sample. A redelivery
+// (same event_id) is ignored (Stats.Duplicates), a loser counted in
+// Stats.Superseded.
 //
 // # Cells
 //
@@ -36,43 +59,52 @@
 //
 // # Outcomes
 //
-// One outcome per (cell, cycle, task): the attempt = 1 row (strict reading;
-// a repeated row under a new event_id is ignored). Its value is score; its
-// pass is success; a status other than ok counts as score 0, fail. An attempt
-// with an empty harness_version is taken as solved under the cell's current
-// version (h0, then the to_version of the last update, or its from_version
-// when rolled back).
+// One outcome per (cell, cycle, task): the winner of its attempt = 1 key
+// (strict reading). Its value is score; its pass is success; a status other
+// than ok counts as score 0, fail. An attempt with an empty harness_version
+// is taken as solved under the cell's current version when it arrives in
+// the cell's order: h0, then the to_version of the last update that was
+// accepted and not rolled back (the validator's current version; an update
+// that was not accepted, or rolled back, changes nothing). The baseline's
+// score on a task is its attempt-1 winner's (the lowest cycle's, should
+// the baseline solve a task twice).
 //
 // # Rounds
 //
 // Round t of a cell is closed when the cell finishes or when an attempt of
 // cycle ≥ t+2 arrives (one round of slack: skill events and judgments, which
-// come from other raw topics, may trail the next round's first attempts).
-// Updates do not close rounds: they travel on their own topic and may
-// overtake the cell's earlier attempts. Inputs for a closed round (attempts, skill loads,
-// judgments, updates of cycle ≤ t) are late: ignored and counted in
-// Stats.Late. Events after cell_finished are ignored (Stats.Ignored). Skill
-// events and judgments are attached to the latest attempt row of the cell
-// with the same (task_id, attempt), or buffered until it arrives (dropped and
-// counted in Stats.Orphans when the cell finishes first).
+// come from other raw topics, may trail the next round's first attempts);
+// its metrics are emitted then. Updates do not close rounds: they travel on
+// their own topic and may overtake the cell's earlier attempts. Inputs for
+// a closed round (attempts, skill loads, judgments, updates of cycle ≤ t,
+// and events after cell_finished) are late: they count, and the outputs
+// that read them are corrected (Stats.Late, Stats.Corrections); a round
+// that first arrives after it closed is emitted at once. A skill event or
+// judgment belongs to the attempt of its (task_id, attempt) — of those in
+// several cycles, the one with the latest event time not after its own,
+// else the earliest — and counts once that attempt arrived (never when it
+// does not).
 //
-// Round metrics: n_tasks = distinct attempt-1 tasks; pass_rate = 100 × share
-// passed; mean_score = mean score; lift_vs_baseline = 100 × mean of
-// score − baseline score over the round's tasks with a baseline outcome (nil
-// for baseline and production cells or without pairs); skill_load_rate =
-// share of the round's attempt rows (any attempt number) with
-// skills_available > 0 that have a load_skill event with status loaded
-// (rejected_multikey is not a load; nil when no row offered skills);
-// loaded_pass_rate = 100 × share of those loaded rows that passed (nil when
-// none); adherence_loaded / adherence_final = mean of the round's judgments'
+// Round metrics: n_tasks = tasks with an attempt-1 winner in the round;
+// pass_rate = 100 × share passed; mean_score = mean score, in [0, 1];
+// lift_vs_baseline = 100 × mean of score − baseline score over the round's
+// tasks with a baseline outcome (nil for baseline and production cells or
+// without pairs); skill_load_rate = share, in [0, 1], of the round's attempt
+// winners (any attempt number) with skills_available > 0 whose winning
+// load_skill events include one with status loaded (rejected_multikey is
+// not a load; nil when no row offered skills); loaded_pass_rate = 100 ×
+// share of those loaded rows that passed (nil when none); adherence_loaded /
+// adherence_final = mean, in [0, 1], of the round's judgment winners'
 // non-null harness_loaded / final_validation scores (nil when none).
 //
 // # Samples
 //
 // The harness_update of cycle t moves from_version (v) to to_version (v'):
 // "before" is round t's outcomes solved under v, "after" is round t+1's
-// solved under v'. The sample is final when round t+1 is closed (and, in
-// situ, the baseline has finished). The effect (see Effect) is, by route:
+// solved under v'. The sample is emitted when round t+1 is closed (and, in
+// situ, the baseline has finished), and corrected when an input changes
+// later (a late attempt of round t or t+1, a re-sent update that wins, a
+// late baseline attempt). The effect (see Effect) is, by route:
 // in_situ, the mean lift against the baseline under v' minus under v, over
 // tasks with a baseline outcome (DesignLift); split_test, the held-out
 // pass-rate difference (DesignHeldOut); production, an unpaired difference of
@@ -85,7 +117,7 @@
 // query is the evidence the evolver saw, as lines: for each evidence task id,
 // in the given order, "task <id>: pass|fail score=<score>" (the task's
 // attempt-1 outcome in the update's own round — the batch the evolver saw —
-// looked up when the sample becomes final, so an update that overtakes its
+// looked up when the sample is computed, so an update that overtakes its
 // evidence attempts on the way in changes nothing; score in shortest decimal
 // form) followed by "input: <task_input>" when the attempt carried one, or
 // "task <id>: no outcome in this cell" (also for evidence from other rounds); then
@@ -98,9 +130,13 @@
 //
 // # Memory
 //
-// A round's data is dropped once its metrics were emitted and no pending
-// update reads it; a finished cell whose outputs all went out is evicted,
-// leaving only its id (further events of it are ignored). The baseline keeps
-// a compact task_id → score map, since more evolved cells may start later;
-// Done reports that the whole Pairer may be evicted after a grace period.
+// A cell keeps its inputs' winners while it runs (a late event may correct
+// any of its rounds; the processors' stage A caps each project's state,
+// --max-state-bytes) and, once finished, until the runtime forgets it
+// (Forget: its retention window for late events passed); a forgotten
+// cell's later events are ErrLateBeyondWindow, which the runtime
+// dead-letters late_beyond_window. When the baseline cell is forgotten its
+// task_id → score map is kept, frozen, since more evolved cells may start
+// later; Done reports that the whole Pairer may be evicted after a grace
+// period.
 package score

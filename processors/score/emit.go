@@ -1,26 +1,23 @@
 package score
 
 import (
+	"reflect"
 	"sort"
 
 	"github.com/harnessflow/harnessflow/schemas"
 )
 
-// collect emits what became final after an event of c, sorted.
+// collect emits what became final, or changed, after an event of c, sorted.
 func (p *Pairer) collect(c *cell) []schemas.Event {
 	var out []schemas.Event
-	if c.kind == kindBaseline && c.finished && p.base.cellID == c.info.CellID && !p.base.finished {
+	if c.kind == kindBaseline && c.finished && p.base != nil && p.base.cell == c && !p.base.finished {
 		p.base.finished = true
-		p.base.frozen, p.base.scores = freezeScores(p.base.scores), nil
-		p.base.maxTime = c.maxTime
-		ids := make([]string, 0, len(p.cells))
-		for id := range p.cells {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			out = p.emitReady(p.cells[id], out, true)
-		}
+		out = p.emitAll(out, true)
+	} else if p.baseDirty {
+		// A late attempt of the finished baseline: every output that reads
+		// it is computed again.
+		p.baseDirty = false
+		out = p.emitAll(out, false)
 	} else {
 		out = p.emitReady(c, out, false)
 	}
@@ -30,65 +27,72 @@ func (p *Pairer) collect(c *cell) []schemas.Event {
 	return out
 }
 
+func (p *Pairer) emitAll(out []schemas.Event, force bool) []schemas.Event {
+	ids := make([]string, 0, len(p.cells))
+	for id := range p.cells {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		out = p.emitReady(p.cells[id], out, force)
+	}
+	return out
+}
+
 // emitReady appends the round metrics and samples of c that became final
-// (force: look again even if c closed no new round), evicts the rounds no
-// pending update reads, and evicts c once it finished with nothing left.
+// (their round closed) or that an input changed since they were emitted
+// (a correction: same event id, the values computed again from every
+// winner). force: look again even if c closed no new round.
 func (p *Pairer) emitReady(c *cell, out []schemas.Event, force bool) []schemas.Event {
 	closed := c.closedThrough()
+	changed := closed != c.handled
+	c.handled = closed
+	if !(force || changed || c.dirty) {
+		return out
+	}
 	needBase := c.kind != kindBaseline && c.kind != kindProduction
-	if force || closed != c.handled {
-		c.handled = closed
-		if !needBase || p.baseReady() {
-			var cycles []int32
-			for cy, r := range c.rounds {
-				if !r.emitted && int64(cy) <= closed {
-					cycles = append(cycles, cy)
+	if !needBase || p.baseReady() {
+		var cycles []int32
+		for cy, r := range c.rounds {
+			if int64(cy) <= closed && (r.emitted == nil && len(r.keys) > 0 || r.dirty) {
+				cycles = append(cycles, cy)
+			}
+		}
+		sort.Slice(cycles, func(i, j int) bool { return cycles[i] < cycles[j] })
+		for _, cy := range cycles {
+			r := c.rounds[cy]
+			r.dirty = false
+			m := p.metrics(c, r)
+			if r.emitted != nil {
+				if reflect.DeepEqual(m, r.emitted) {
+					continue
 				}
+				p.stats.Corrections++
 			}
-			sort.Slice(cycles, func(i, j int) bool { return cycles[i] < cycles[j] })
-			for _, cy := range cycles {
-				r := c.rounds[cy]
-				out = append(out, p.metrics(c, r))
-				r.emitted = true
-				p.stats.RoundMetrics++
-			}
+			r.emitted = m
+			out = append(out, m)
+			p.stats.RoundMetrics++
 		}
 	}
 	if len(c.updates) > 0 && (c.kind != kindInSitu || p.baseReady()) {
-		kept := c.updates[:0]
 		for _, u := range c.updates {
-			if int64(u.cycle)+1 <= closed {
-				out = append(out, p.sample(c, u))
-				p.stats.Samples++
+			if int64(u.cycle)+1 > closed || (u.emitted != nil && !u.dirty) {
 				continue
 			}
-			kept = append(kept, u)
-		}
-		for i := len(kept); i < len(c.updates); i++ {
-			c.updates[i] = nil
-		}
-		c.updates = kept
-	}
-	// Evict rounds whose metrics went out and that no pending update reads.
-	for cy, r := range c.rounds {
-		if !r.emitted || c.needsRound(cy) {
-			continue
-		}
-		// The attempt index keeps the rows (without their round) until the
-		// cell finishes, so that a late skill event or judgment is counted as
-		// late whatever the other cells did meanwhile.
-		for _, rec := range r.attempts {
-			rec.round = nil
-		}
-		delete(c.rounds, cy)
-		if c.last == r {
-			c.last = nil
+			u.dirty = false
+			s := p.sample(c, u)
+			if u.emitted != nil {
+				if reflect.DeepEqual(s, u.emitted) {
+					continue
+				}
+				p.stats.Corrections++
+			}
+			u.emitted = s
+			out = append(out, s)
+			p.stats.Samples++
 		}
 	}
-	if c.finished && len(c.rounds) == 0 && len(c.updates) == 0 {
-		delete(p.cells, c.info.CellID)
-		p.gone[c.info.CellID] = struct{}{}
-	}
+	c.dirty = false
 	return out
 }
 

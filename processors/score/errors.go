@@ -19,3 +19,9 @@ var (
 	// ErrBadParams: Params.Validate found a problem.
 	ErrBadParams = errors.New("invalid score params")
 )
+
+// ErrLateBeyondWindow: an event of a cell that finished and was forgotten
+// (Pairer.Forget: the runtime's retention window for late events passed):
+// it cannot correct the cell's outputs any more and must be refused
+// (dead-lettered late_beyond_window), never dropped silently.
+var ErrLateBeyondWindow = errors.New("the cell finished and its retention window for late events passed")

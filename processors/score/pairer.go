@@ -10,29 +10,33 @@ import (
 // Source is the envelope source of every derived event.
 const Source = "processors"
 
-// Stats counts what a Pairer ignored or skipped, for metrics and tests.
+// Stats counts what a Pairer ignored, replaced or corrected, for metrics
+// and tests.
 type Stats struct {
-	// Duplicates: events whose event_id was already seen in their live cell
+	// Duplicates: events whose event_id was already seen in their cell
 	// (redeliveries), and repeated cell_started of a known cell.
 	Duplicates int64
-	// Ignored: events of a cell after its cell_finished, of a cell already
-	// evicted, or of an ignored (second baseline) cell.
+	// Ignored: events of an ignored (second baseline) cell.
 	Ignored int64
-	// Late: attempts, skill events and judgments for a round that had already
-	// closed in the cell's order, and repeated attempt rows (same task,
-	// attempt and cycle under a new event_id; the first one counts).
+	// Superseded: events that share a natural key with an earlier one of
+	// their cell under a new event_id (re-sends); one of them wins.
+	Superseded int64
+	// Late: attempts, skill events, judgments and updates for a round that
+	// had already closed in the cell's order (they count: the outputs that
+	// read them are corrected).
 	Late int64
-	// Orphans: skill events and judgments whose attempt never arrived before
-	// the cell finished.
-	Orphans int64
+	// Corrections: derived events emitted again, with the same id and
+	// new values, because a late or re-sent input changed them.
+	Corrections int64
 	// EmptyUpdates: harness updates with no artifact (not an update,
 	// docs/metrics.md): no sample.
 	EmptyUpdates int64
 	// SkippedUpdates: updates of baseline and split_train cells, which yield no
 	// sample by rule (a split_train cell's updates are measured in its
-	// split_test sibling), and repeated update_ids.
+	// split_test sibling).
 	SkippedUpdates int64
-	// Samples and RoundMetrics count the derived events emitted.
+	// Samples and RoundMetrics count the derived events emitted,
+	// corrections included.
 	Samples, RoundMetrics int64
 }
 
@@ -43,17 +47,20 @@ type Stats struct {
 type Pairer struct {
 	key    string
 	params Params
-	cells  map[string]*cell    // live cells
-	gone   map[string]struct{} // finished-and-evicted or ignored cells
-	base   *baseline
-	stats  Stats
+	cells  map[string]*cell // held cells, finished ones until forgotten
+	// gone: finished cells forgotten (Forget); ignored: second baselines.
+	gone, ignored map[string]struct{}
+	open          int // unfinished cells held
+	base          *baseline
+	baseDirty     bool
+	stats         Stats
 }
 
 // NewPairer returns an empty Pairer for the pairing key (as PairingKey builds
 // it; "" disables the check of cell_started against it). Zero or invalid
 // fields of p take their defaults.
 func NewPairer(key string, p Params) *Pairer {
-	pr := &Pairer{key: key, cells: map[string]*cell{}, gone: map[string]struct{}{}}
+	pr := &Pairer{key: key, cells: map[string]*cell{}, gone: map[string]struct{}{}, ignored: map[string]struct{}{}}
 	pr.SetParams(p)
 	return pr
 }
@@ -89,27 +96,62 @@ func (p *Pairer) Key() string { return p.key }
 // Stats returns the counters of ignored and skipped inputs.
 func (p *Pairer) Stats() Stats { return p.stats }
 
-// Done reports that every cell of the key has finished and every output was
-// emitted: the state can be evicted (after a grace period, since another
-// evolved cell of the key may still start; the baseline's compact
-// task → score map is kept until then).
-func (p *Pairer) Done() bool { return len(p.cells) == 0 }
+// Done reports that every cell of the key has finished and its outputs
+// were emitted: the state can be evicted (after a grace period, since
+// another evolved cell of the key may still start, and late events of the
+// finished cells still correct their outputs until then).
+func (p *Pairer) Done() bool {
+	if p.open > 0 {
+		return false
+	}
+	if !p.baseReady() {
+		for _, c := range p.cells {
+			if c.kind == kindInSitu || c.kind == kindSplitTrain || c.kind == kindSplitTest {
+				return false // its outputs wait for the baseline
+			}
+		}
+	}
+	return true
+}
 
-// Size returns a rough count of retained items: per live cell its seen event
-// ids, task outcomes, attempt rows, buffered skill events and judgments and
-// pending updates; the baseline's task → score map; one per evicted cell id.
+// Finished reports whether the Pairer holds cellID as a finished cell.
+func (p *Pairer) Finished(cellID string) bool {
+	c := p.cells[cellID]
+	return c != nil && c.finished
+}
+
+// Forget drops a finished cell's state (the runtime's retention window for
+// late events passed): its later events are refused with
+// ErrLateBeyondWindow. The baseline's scores stay, frozen, for cells that
+// start later. It reports whether the cell was held and finished.
+func (p *Pairer) Forget(cellID string) bool {
+	c := p.cells[cellID]
+	if c == nil || !c.finished {
+		return false
+	}
+	if p.base != nil && p.base.cell == c {
+		p.base.freeze()
+	}
+	delete(p.cells, cellID)
+	p.gone[cellID] = struct{}{}
+	return true
+}
+
+// Size returns a rough count of retained items: per held cell its seen
+// event ids, attempt winners, skill loads, judgments and updates; the
+// frozen baseline's task → score map; one per forgotten cell id.
 func (p *Pairer) Size() int {
-	n := len(p.gone)
+	n := len(p.gone) + len(p.ignored)
 	if p.base != nil {
 		n += p.base.size()
 	}
 	for _, c := range p.cells {
-		n += 1 + len(c.seen) + len(c.byAttempt) + len(c.updates)
-		for _, o := range c.orphans {
-			n += len(o)
+		n += 1 + len(c.seen) + len(c.attempts) + len(c.updates)
+		for _, m := range c.loads {
+			n += len(m)
 		}
-		for _, r := range c.rounds {
-			n += len(r.outcomes) + len(r.attempts)
+		for _, m := range c.judgs {
+			n += len(m)
 		}
 	}
 	return n
@@ -117,9 +159,11 @@ func (p *Pairer) Size() int {
 
 // Add feeds one admitted event (of any cell of this pairing key) and returns
 // the derived events (*schemas.LabeledSample, *schemas.RoundMetrics) that
-// became final, sorted by cell_id, cycle, type (round metrics first) and
-// event id. Events whose cell_started was not seen yet are an error
-// (ErrUnknownCell); redelivered events (same event_id) are ignored.
+// became final or were corrected, sorted by cell_id, cycle, type (round
+// metrics first) and event id. Events whose cell_started was not seen yet are
+// an error (ErrUnknownCell), so are events of a cell forgotten after its
+// retention window (ErrLateBeyondWindow); redelivered events (same
+// event_id) are ignored.
 func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 	var cellID string
 	switch e := ev.(type) {
@@ -138,17 +182,16 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 	default:
 		return nil, fmt.Errorf("pairer %s: %w: %s", p.key, ErrUnsupportedEvent, ev.Type())
 	}
-	if _, ok := p.gone[cellID]; ok {
+	if _, ok := p.ignored[cellID]; ok {
 		p.stats.Ignored++
 		return nil, nil
+	}
+	if _, ok := p.gone[cellID]; ok {
+		return nil, fmt.Errorf("%s %q for cell %q: %w", ev.Type(), ev.Header().EventID, cellID, ErrLateBeyondWindow)
 	}
 	c := p.cells[cellID]
 	if c == nil {
 		return nil, fmt.Errorf("%s for cell %q: %w", ev.Type(), cellID, ErrUnknownCell)
-	}
-	if c.finished {
-		p.stats.Ignored++
-		return nil, nil
 	}
 	h := ev.Header()
 	if h.EventID != "" {
@@ -166,22 +209,19 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 	case *schemas.TaskAttempt:
 		p.attempt(c, e)
 	case *schemas.SkillEvent:
-		if e.Tool != schemas.ToolLoadSkill || e.Status != schemas.SkillLoaded {
-			return nil, nil // not an input of any output
-		}
-		p.attach(c, akey{e.TaskID, e.Attempt}, e)
+		p.skill(c, e)
 	case *schemas.AdherenceJudgment:
-		p.attach(c, akey{e.TaskID, e.Attempt}, e)
+		p.judgment(c, e)
 	case *schemas.HarnessUpdate:
 		p.update(c, e)
 	case *schemas.CellFinished:
-		c.finished = true
-		c.seen = nil
-		for _, o := range c.orphans {
-			p.stats.Orphans += int64(len(o))
+		if c.finished {
+			// A second cell_finished (the runtime refuses those): nothing
+			// changes.
+			return nil, nil
 		}
-		c.orphans = nil
-		c.byAttempt = nil
+		c.finished = true
+		p.open--
 	}
 	return p.collect(c), nil
 }
@@ -193,9 +233,12 @@ func (p *Pairer) start(e *schemas.CellStarted) error {
 		p.stats.Duplicates++
 		return nil
 	}
-	if _, ok := p.gone[e.CellID]; ok {
+	if _, ok := p.ignored[e.CellID]; ok {
 		p.stats.Ignored++
 		return nil
+	}
+	if _, ok := p.gone[e.CellID]; ok {
+		return fmt.Errorf("cell_started %q for cell %q: %w", e.EventID, e.CellID, ErrLateBeyondWindow)
 	}
 	if p.key != "" {
 		// An outcome written by an older stage A has the unescaped key
@@ -207,27 +250,32 @@ func (p *Pairer) start(e *schemas.CellStarted) error {
 	kind := kindOf(e)
 	if kind == kindBaseline {
 		if p.base != nil {
-			p.gone[e.CellID] = struct{}{}
+			p.ignored[e.CellID] = struct{}{}
 			return fmt.Errorf("cell %q (baseline is %q): %w", e.CellID, p.base.cellID, ErrDuplicateBaseline)
 		}
-		p.base = &baseline{cellID: e.CellID, scores: map[string]float64{}}
+		p.base = &baseline{cellID: e.CellID}
 	}
 	// No map is sized from the event: task_count is producer input (a
 	// forged 2^31 reserved megabytes per cell); the maps grow with what
 	// actually arrives.
 	c := &cell{
-		info:      e,
-		kind:      kind,
-		seen:      map[string]struct{}{},
-		handled:   math.MinInt64,
-		tip:       e.H0Version,
-		chain:     map[string]int32{e.H0Version: 0},
-		rounds:    map[int32]*round{},
-		byAttempt: map[akey]*attemptRec{},
-		orphans:   map[akey][]schemas.Event{},
-		updateIDs: map[string]struct{}{},
-		maxTime:   e.EventTime,
+		info:     e,
+		kind:     kind,
+		seen:     map[string]struct{}{},
+		handled:  math.MinInt64,
+		tip:      e.H0Version,
+		chain:    map[string]int32{e.H0Version: 0},
+		rounds:   map[int32]*round{},
+		attempts: map[tkey]*attemptRec{},
+		loads:    map[tkey][]*loadRec{},
+		judgs:    map[tkey][]*judgRec{},
+		byUpdate: map[string]*pendingUpdate{},
+		maxTime:  e.EventTime,
 	}
+	if kind == kindBaseline {
+		p.base.cell = c
+	}
+	p.open++
 	if e.EventID != "" {
 		c.seen[e.EventID] = struct{}{}
 	}
