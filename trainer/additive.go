@@ -282,6 +282,7 @@ func (s *sparseBag) backward(be backend.Backend, grad []float32) {
 type additive struct {
 	rank        int
 	base        baseFit
+	shrink      textShrink
 	scale, text sparseBag
 	s, t        []float32
 	idx         []int32
@@ -305,13 +306,16 @@ func (m *Model) newAdditive(uniform func(n int, a float64) []float32) {
 	a.scale = sparseBag{table: m.newParam("scale", sc), dim: K}
 	a.text = sparseBag{table: m.newParam("text", uniform(m.cfg.Buckets*K, 0.001)), dim: K}
 	a.text.table.lrScale, a.scale.table.lrScale = m.cfg.TextLRScale, m.cfg.TextLRScale
+	// Last, so a checkpoint written before it existed lines up (Restore).
+	a.shrink = textShrink{param: m.newParam("shrink", make([]float32, 6))}
+	a.shrink.param.frozen = true
 	m.add = a
 }
 
-// forward computes the mean of each input of the batch (base + Σ s·t) into
-// means, keeping the factors for backward.
-func (a *additive) forward(be backend.Backend, f featurizer, ins []*Input, means []float64) {
-	K := a.rank
+// forward computes the mean of each input of the batch into means, keeping
+// the factors for backward: base + Σ s·t when training, base + α·Σ s·t
+// (textShrink) when predicting.
+func (a *additive) forward(be backend.Backend, f featurizer, ins []*Input, means []float64, training bool) {
 	run := func(bag *sparseBag, feats func(idx []int32, w []float32, in *Input) ([]int32, []float32)) []float32 {
 		a.idx, a.w, a.off = a.idx[:0], a.w[:0], append(a.off[:0], 0)
 		for _, in := range ins {
@@ -322,13 +326,22 @@ func (a *additive) forward(be backend.Backend, f featurizer, ins []*Input, means
 	}
 	a.s = run(&a.scale, appendScale)
 	a.t = run(&a.text, f.appendCounts)
-	for i, in := range ins {
-		v := a.base.predict(in)
-		for k := 0; k < K; k++ {
-			v += float64(a.s[i*K+k]) * float64(a.t[i*K+k])
-		}
-		means[i] = v
+	alpha := 1.0
+	if !training {
+		alpha = a.shrink.alpha()
 	}
+	for i, in := range ins {
+		means[i] = a.base.predict(in) + alpha*a.textPart(i)
+	}
+}
+
+// textPart is Σ_k s_k·t_k of the last forward's i-th input.
+func (a *additive) textPart(i int) float64 {
+	var v float64
+	for k := 0; k < a.rank; k++ {
+		v += float64(a.s[i*a.rank+k]) * float64(a.t[i*a.rank+k])
+	}
+	return v
 }
 
 // backward accumulates the factors' gradients for dMean, the loss's

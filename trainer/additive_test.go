@@ -1,7 +1,9 @@
 package trainer
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -107,5 +109,96 @@ func TestWithinRoundTermKnownAnswer(t *testing.T) {
 	}
 	if got := withinRound(out, ex[:2], nil, -1); got != 0 {
 		t.Errorf("weight −1: loss %v, want 0", got)
+	}
+}
+
+// The text shrink: where the update text tells nothing about the effect,
+// the critic learns to add nothing to its base (α near 0, predictions
+// within a hair of the context regression); where the text sets the
+// effect, it keeps its text part (α near 1). A restored model shrinks as
+// the saved one; a checkpoint without the tensor restores whole (α = 1).
+func TestTextShrinkAddsOnlyWhatTextEarns(t *testing.T) {
+	t.Parallel()
+	// 400 words, three per update: a word is seen a few dozen times, so a
+	// text part can fit noise.
+	words := make([]string, 400)
+	for i := range words {
+		words[i] = fmt.Sprintf("w%03dx", i)
+	}
+	gen := func(r *rand.Rand, signal bool, n int) []Example {
+		ex := make([]Example, n)
+		for i := range ex {
+			var text strings.Builder
+			y := 0.0
+			text.WriteString("## Steps\n")
+			for j := 0; j < 3; j++ {
+				k := r.IntN(len(words))
+				fmt.Fprintf(&text, "- %s first\n", words[k])
+				if k%2 == 0 {
+					y += 0.08
+				} else {
+					y -= 0.08
+				}
+			}
+			cell := fmt.Sprintf("e%d", r.IntN(4))
+			if !signal {
+				y = 0.14 * r.NormFloat64()
+			}
+			y += 0.05*float64(cell[1]-'0') + 0.05*r.NormFloat64()
+			ex[i] = Example{Input: Input{Update: text.String(), Query: "task t: pass score=0.5", Kind: "skill",
+				Evolver: cell, Agent: "a", Benchmark: "b"}, Effect: y, Label: 1}
+		}
+		return ex
+	}
+	train := func(signal bool) *Model {
+		m, err := NewModel(backend.NewCPU(), ModelConfig{Buckets: 1 << 12, CatBuckets: 16, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		for step := 0; step < 300; step++ {
+			if _, err := m.TrainStep(gen(r, signal, 32)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return m
+	}
+	noise, signal := train(false), train(true)
+	if a := noise.TextShrink(); a > 0.5 {
+		t.Errorf("text that carries no signal: α = %.3f, want ≤ 0.5", a)
+	}
+	if a := signal.TextShrink(); a < 0.7 {
+		t.Errorf("text that sets the effect: α = %.3f, want ≥ 0.7", a)
+	}
+	ins := []*Input{}
+	for _, ex := range gen(rand.New(rand.NewPCG(9, 9)), false, 16) {
+		ins = append(ins, &ex.Input)
+	}
+	base, p := noise.BaseMeans(ins), noise.Predict(ins)
+	for i := range ins {
+		if d := math.Abs(p[i].Mean - base[i]); d > 0.01 {
+			t.Errorf("input %d: prediction %.4f is %.4f from the base %.4f under noise text", i, p[i].Mean, d, base[i])
+		}
+	}
+	// A restored model shrinks as the saved one.
+	st := noise.State()
+	again, err := NewModel(backend.NewCPU(), ModelConfig{Buckets: 1 << 12, CatBuckets: 16, Seed: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := again.TextShrink(), noise.TextShrink(); a != b {
+		t.Fatalf("restored α %v, saved %v", a, b)
+	}
+	// A checkpoint from before the tensor: α = 1.
+	old := st
+	old.Params = old.Params[:len(old.Params)-1]
+	if err := again.Restore(old); err != nil {
+		t.Fatalf("restore without the shrink tensor: %v", err)
+	}
+	if a := again.TextShrink(); a != 1 {
+		t.Fatalf("α %v after restoring a checkpoint without the shrink tensor, want 1", a)
 	}
 }

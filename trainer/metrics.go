@@ -19,6 +19,7 @@ type metrics struct {
 	checkpoints                            prometheus.Counter
 	// Replays and the learning-rate schedule (replay.go, schedule.go).
 	optimizerSteps, learningRate      prometheus.Gauge
+	textShrink                        prometheus.Gauge
 	replayWindow, replayPaused        prometheus.Gauge
 	heldoutLoss, heldoutLossBest      prometheus.Gauge
 	replayed, replaySteps, earlyStops prometheus.Counter
@@ -87,6 +88,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		optimizerSteps: g("optimizer_steps",
 			"Optimizer steps of ensemble member 0: steps on new samples plus replayed steps (the learning-rate schedule's clock, kept in checkpoints)."),
 		learningRate: g("learning_rate", "Learning rate of the next optimizer step (--lr-schedule)."),
+		textShrink: g("text_shrink",
+			"Weight α of the additive critic's text part in its forecasts (ensemble member 0): 1 once the text's out-of-sample help is shown, else its least-squares share of what the context regression leaves, in [0, 1] (1 for the mlp structure)."),
 		replayWindow: g("replay_window_examples", "Admitted training examples held in the replay window (at most --replay-window; a restart refills it from the checkpoint's evaluation training window)."),
 		replayPaused: g("replay_paused", "1 while early stopping pauses replays (the held-out loss stopped improving), else 0."),
 		heldoutLoss:  g("heldout_loss", "Latest early-stopping evaluation: ensemble mean loss (NLL + CE) on the newest --early-stop-rows samples of the evaluation set."),

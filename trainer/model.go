@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/harnessflow/harnessflow/trainer/backend"
 )
@@ -240,10 +241,13 @@ type param struct {
 // host. It is deterministic given its config and seed. Not safe for concurrent
 // use.
 type Model struct {
-	be   backend.Backend
-	cfg  ModelConfig
-	feat featurizer
-	bags bagMerger
+	// training: the forward pass in progress is computeGrads' (the whole
+	// text part, not the shrunk one predictions use).
+	training bool
+	be       backend.Backend
+	cfg      ModelConfig
+	feat     featurizer
+	bags     bagMerger
 	// rawBags skips the bag merge (benchmarks measure what it saves).
 	rawBags bool
 	step    int
@@ -410,7 +414,7 @@ func (m *Model) forward(ins []*Input) []float32 {
 			m.means = make([]float64, B)
 		}
 		means := m.means[:B]
-		m.add.forward(m.be, m.feat, ins, means)
+		m.add.forward(m.be, m.feat, ins, means, m.training)
 		for i, v := range means {
 			out[i*nOut] = float32(v)
 		}
@@ -561,7 +565,9 @@ func (m *Model) computeGrads(batch []Example) Losses {
 	for i := range batch {
 		ins[i] = &batch[i].Input
 	}
+	m.training = true
 	out := m.forward(ins)
+	m.training = false
 	grad := make([]float32, B*nOut)
 	l := lossAndGrad(out, batch, grad, m.cfg.RoundWeight)
 	for _, p := range m.params {
@@ -602,10 +608,15 @@ func (m *Model) TrainStep(batch []Example) (Losses, error) {
 	if len(batch) == 0 {
 		return Losses{}, nil
 	}
+	var shrink shrinkObs
 	if m.add != nil {
+		shrink = m.add.shrinkBefore(batch)
 		m.add.base.observe(m.be, batch)
 	}
 	l := m.computeGrads(batch)
+	if m.add != nil {
+		m.add.shrinkAfter(m.be, batch, shrink)
+	}
 	lr := m.LR()
 	m.step++
 	c := m.cfg
@@ -653,12 +664,15 @@ func (m *Model) Predict(ins []*Input) []Prediction {
 	return preds
 }
 
-// Loss returns the batch's losses without updating the model.
+// Loss returns the batch's losses without updating the model: the
+// training objective TrainStep would report (the whole text part).
 func (m *Model) Loss(batch []Example) Losses {
 	ins := make([]*Input, len(batch))
 	for i := range batch {
 		ins[i] = &batch[i].Input
 	}
+	m.training = true
+	defer func() { m.training = false }()
 	return lossAndGrad(m.forward(ins), batch, nil, m.cfg.RoundWeight)
 }
 
@@ -720,6 +734,12 @@ func (m *Model) Tensor(param, which int, buf *[]float32) []float32 {
 
 // Restore uploads st into the model. The shapes must match the model's.
 func (m *Model) Restore(st ModelState) error {
+	if m.add != nil && len(st.Params) == len(m.params)-1 && st.Params[len(st.Params)-1].Name == "text" {
+		// Written before the additive critic's text shrink existed: its
+		// sums start empty (α = 1, the text part whole, as it predicted).
+		n := m.add.shrink.param.n
+		st.Params = append(slices.Clone(st.Params), ParamState{Name: "shrink", P: make([]float32, n), M: make([]float32, n), V: make([]float32, n)})
+	}
 	if len(st.Params) != len(m.params) {
 		return fmt.Errorf("%w: %d tensors, model has %d", ErrIncompatible, len(st.Params), len(m.params))
 	}
@@ -745,6 +765,9 @@ func (m *Model) Restore(st ModelState) error {
 		m.be.Upload(p.v, ps.V)
 		if m.add != nil && p == m.add.base.param {
 			m.add.base.restore(ps.P)
+		}
+		if m.add != nil && p == m.add.shrink.param {
+			m.add.shrink.restore(ps.P)
 		}
 	}
 	m.step = st.Step

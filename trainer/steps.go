@@ -95,15 +95,16 @@ func (t *Trainer) trainBatch(ctx context.Context, batch []sampleMsg, behind bool
 	t.rows = append(t.rows, row)
 	t.metrics.observeStep(row, time.Since(start))
 	t.mu.Lock()
-	optSteps, lr := t.models[0].Steps(), t.models[0].LR()
+	optSteps, lr, alpha := t.models[0].Steps(), t.models[0].LR(), t.models[0].TextShrink()
 	t.mu.Unlock()
+	t.metrics.textShrink.Set(alpha)
 	t.metrics.optimizerSteps.Set(float64(optSteps))
 	t.metrics.learningRate.Set(float64(lr))
 	ev := t.log.Info().Int64("step", t.step).Int("samples", len(in.train)).Int("heldout", len(in.held)).Int("duplicates", in.dup).
 		Int("foreign", in.foreign).Int("dropped_stale", in.dropped).Int("bad", in.bad).Float64("loss", l.Total).Float64("loss_nll", l.NLL).Float64("loss_ce", l.CE).
 		Float64("heldout_acc", hm.Acc).Float64("heldout_macro_f1", hm.MacroF1).Float64("heldout_mae", hm.MAE).
 		Float64("staleness_versions_p95", row.sv95).Float64("staleness_model_p95", row.sm95).
-		Int("replayed", rs.examples).Int("replay_steps", rs.steps).Int("optimizer_steps", optSteps).Float32("next_lr", lr)
+		Int("replayed", rs.examples).Int("replay_steps", rs.steps).Int("optimizer_steps", optSteps).Float32("next_lr", lr).Float64("text_shrink", alpha)
 	if rs.steps > 0 {
 		ev = ev.Float64("replay_loss", rs.loss)
 	}
