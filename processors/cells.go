@@ -35,8 +35,18 @@ type cells struct {
 	// forgotten remembers, per project, the finished cells evicted after
 	// their retention window (Config.Grace), at most tombstoneCap each, the
 	// oldest going first: their later events are late_beyond_window, not
-	// unknown_cell (the cell_started did arrive).
+	// unknown_cell (the cell_started did arrive). tombQ lists them all in
+	// eviction order: each is dropped Config.CellIdle after (on either
+	// clock), so that the projects that stopped sending leave nothing
+	// behind.
 	forgotten map[string]*tombstones
+	tombQ     []tombstone
+}
+
+// tombstone is a forgotten cell and when it was evicted.
+type tombstone struct {
+	id        cellKey
+	log, wall time.Time
 }
 
 // tombstones is one project's forgotten cells on a partition, in
@@ -51,8 +61,9 @@ type tombstones struct {
 // costs about its length plus 50 bytes.
 func (c *cells) tombstoneCap() int { return max(64, 4*c.cfg.MaxOpenCells) }
 
-// forget remembers that the finished cell id was evicted.
-func (c *cells) forget(id cellKey) {
+// forget remembers that the finished cell id was evicted (now: the wall
+// clock).
+func (c *cells) forget(id cellKey, now time.Time) {
 	ts := c.forgotten[id.project]
 	if ts == nil {
 		ts = &tombstones{set: map[string]struct{}{}}
@@ -68,6 +79,34 @@ func (c *cells) forget(id cellKey) {
 	}
 	ts.set[id.cell] = struct{}{}
 	ts.queue = append(ts.queue, id.cell)
+	c.tombQ = append(c.tombQ, tombstone{id: id, log: c.logClock, wall: now})
+}
+
+// expireTombstones drops the forgotten cells evicted longer than
+// Config.CellIdle ago, on either clock: a later event of one waits for its
+// cell_started and is unknown_cell.
+func (c *cells) expireTombstones(now time.Time) {
+	n := 0
+	for _, t := range c.tombQ {
+		if !t.log.Add(c.cfg.CellIdle).Before(c.logClock) && !t.wall.Add(c.cfg.CellIdle).Before(now) {
+			break
+		}
+		n++
+		ts := c.forgotten[t.id.project]
+		if ts == nil || len(ts.queue) == 0 || ts.queue[0] != t.id.cell {
+			continue // the per-project cap dropped it already
+		}
+		delete(ts.set, t.id.cell)
+		ts.queue[0] = ""
+		ts.queue = ts.queue[1:]
+		if len(ts.queue) == 0 {
+			delete(c.forgotten, t.id.project)
+		}
+	}
+	if n > 0 {
+		clear(c.tombQ[:n])
+		c.tombQ = c.tombQ[n:]
+	}
 }
 
 // wasForgotten reports that id is a finished cell evicted after its
@@ -146,8 +185,8 @@ type cellState struct {
 	holdDone bool
 
 	// proj is the cell's project's use; bytes is what the cell is charged
-	// of it, keep the part it keeps once finished (cellCharge and its
-	// updates).
+	// of it, keep the part it keeps once finished (cellCharge, its updates
+	// and the late events admitted after it finished).
 	proj        *projUse
 	bytes, keep int64
 	// lastLog and lastWall are when an event of the unfinished cell was
@@ -318,14 +357,19 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink, now time.Ti
 			cs.attempts[m.ev.Header().EventID] = struct{}{}
 		}
 	}
-	if !cs.finished && t != schemas.TypeCellFinished {
+	if t != schemas.TypeCellFinished {
 		ch := stateCharge(m)
 		cs.bytes += ch
 		cs.proj.bytes += ch
-		if t == schemas.TypeHarnessUpdate {
+		if t == schemas.TypeHarnessUpdate || cs.finished {
+			// Kept once finished: updates, and a finished cell's late
+			// events (until the cell is evicted, Config.Grace after it
+			// finished).
 			cs.keep += ch
 		}
-		c.touch(cs, now)
+		if !cs.finished {
+			c.touch(cs, now)
+		}
 	}
 	if !emit {
 		return
@@ -354,7 +398,10 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 		c.addPending(&pendItem{m: m, cell: id, sinceLog: m.ts, sinceWall: now}, emit, out)
 		return
 	}
-	if !cs.finished && m.ev.Type() != schemas.TypeCellFinished && cs.proj.bytes+stateCharge(m) > c.cfg.MaxStateBytes && !c.redelivered(cs, m) {
+	// A finished cell's late events are charged too (admit): stage B keeps
+	// them with the cell's inputs for its retention window, so a flood of
+	// them must meet the cap as an open cell's events do.
+	if m.ev.Type() != schemas.TypeCellFinished && cs.proj.bytes+stateCharge(m) > c.cfg.MaxStateBytes && !c.redelivered(cs, m) {
 		c.deadLetter(m, c.overBytes(cs.proj, m), emit, out)
 		return
 	}
@@ -596,7 +643,7 @@ func stateCharge(m *inMsg) int64 { return int64(len(m.value)) + eventCharge }
 
 func (c *cells) overBytes(pu *projUse, m *inMsg) *rejection {
 	return reject(schemas.StageLimit, CodeStateBytesCap,
-		"project %q holds about %d bytes of state on partition %d and this %d-byte event would take it past the cap (--max-state-bytes %d): finish cells (cell_finished) to free their state",
+		"project %q holds about %d bytes of state on partition %d and this %d-byte event would take it past the cap (--max-state-bytes %d): finish cells (cell_finished) to free their state (a finished cell's late events stay charged until its retention window, --grace, passed)",
 		pu.name, pu.bytes, m.partition, len(m.value), c.cfg.MaxStateBytes)
 }
 
@@ -723,7 +770,7 @@ func (c *cells) evict(now time.Time) {
 			break
 		}
 		delete(c.byID, cs.id)
-		c.forget(cs.id)
+		c.forget(cs.id, now)
 		cs.proj.bytes -= cs.bytes
 		cs.proj.cells--
 		c.dropProject(cs.proj)
@@ -733,6 +780,9 @@ func (c *cells) evict(now time.Time) {
 		clear(c.finished[:n])
 		c.finished = c.finished[n:]
 		c.m.evictedCells.Add(float64(n))
+	}
+	if len(c.tombQ) > 0 {
+		c.expireTombstones(now)
 	}
 }
 

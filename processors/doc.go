@@ -139,15 +139,24 @@
 // coordinates). The retention window for late events bounds the state a
 // finished cell keeps: stage A keeps a finished cell Config.Grace (on the
 // log clock or the wall clock, whichever passes first) and then remembers
-// its id (at most four times Config.MaxOpenCells ids per project and
-// partition, oldest forgotten first); stage B keeps a finished cell's
-// inputs twice as long, since its clocks may run ahead of stage A's. An
+// its id (for Config.CellIdle, at most four times Config.MaxOpenCells ids
+// per project and partition, oldest forgotten first); stage B keeps a finished cell's
+// inputs twice as long, since its clocks may run ahead of stage A's. Both
+// charge what they keep against Config.MaxStateBytes per project and
+// partition: stage A charges a finished cell's late events until it evicts
+// the cell (past the cap they are refused state_bytes_cap); stage B charges
+// each finished cell's inputs, late events included, and past the cap
+// forgets the project's oldest finished cells before their window ends.
+// Stage B never forgets a cell whose outputs still wait for the baseline
+// (it asks again a window later). An
 // event of a cell past its window is refused: stage limit, reason
 // late_beyond_window, a dead letter at the raw message's coordinates with
 // the event as payload when stage A refuses it (the usual case), at the
-// hf.outcomes record's when stage B does (its clocks ran ahead, or its
-// pairer was evicted: stage B's buffered events whose cell it no longer
-// holds are refused so when swept). Either way rejected_events holds the
+// hf.outcomes record's when stage B does (its clocks ran ahead, its cap
+// forgot the cell early, or its pairer was evicted or aged out: stage B's
+// buffered events whose cell it no longer holds are refused so when swept
+// or aged out, or at once when that buffer holds Config.PendingMax
+// events). Either way rejected_events holds the
 // refused event (the sink reads its id from the payload), and the views
 // leave it out. A cell whose id stage A no longer remembers is
 // unknown_cell ("no cell_started ... reached the processors").
@@ -178,10 +187,11 @@
 // a declaration arrives or changes) and Config.MinPairs, Config.Lambda.
 // Events of a cell whose cell_started has not reached the Pairer are held
 // until it does (those of a key whose pairer was evicted are refused
-// late_beyond_window when swept, Config.Grace later). A cell's
-// cell_finished starts its late window: 2 × Config.Grace later the Pairer
-// forgets the cell (Pairer.Forget), and its later events are refused
-// late_beyond_window. Outputs go to hf.samples and hf.round-metrics (key cell_id),
+// late_beyond_window when swept, Config.Grace later, or at once when
+// Config.PendingMax such events wait). A cell's cell_finished starts its
+// late window: 2 × Config.Grace later (earlier past the cap on finished
+// state, see "Late events") the Pairer forgets the cell (Pairer.Forget),
+// and its later events are refused late_beyond_window. Outputs go to hf.samples and hf.round-metrics (key cell_id),
 // with the ids the scorer derives. A batched record is read as its events,
 // all at the record's offset: the offset is consumed (committed) only with
 // the record's last event, so a commit that falls inside a record leaves it
@@ -253,9 +263,10 @@
 // project and partition, stage A holds at most Config.MaxOpenCells
 // unfinished cells and Config.MaxStateBytes of state (an estimate: each
 // admitted event's encoded size plus 128 bytes, 8 KiB per cell for its
-// fixed maps in both stages; a finished cell keeps its fixed part and its
-// updates until evicted), dead-lettering what goes past either (stage
-// limit). An unfinished cell with no admitted event for Config.CellIdle, on
+// fixed maps in both stages; a finished cell keeps its fixed part, its
+// updates and its late events until evicted), dead-lettering what goes
+// past either (stage limit); stage B caps its finished cells' state per
+// project alike (see "Late events"). An unfinished cell with no admitted event for Config.CellIdle, on
 // the log clock or the wall clock, ages out: stage A drops it with a
 // limit/cell_idle dead letter at its cell_started's coordinates, stage B
 // drops a pairing key whose pairer saw no event for as long (checked every

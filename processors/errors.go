@@ -80,7 +80,11 @@ const (
 	// ago than the retention window for late events (--grace: stage A keeps
 	// a finished cell that long, stage B twice as long); within it a late
 	// event corrects the derived events, past it the cell's state is gone
-	// and the event is refused. The views leave these events out too.
+	// and the event is refused. Stage B also refuses so an event of a cell
+	// whose state it no longer holds before that: forgotten early past its
+	// project's cap on finished state (--max-state-bytes), or its pairer
+	// evicted or aged out (then also at once when --pending-max such
+	// events wait). The views leave these events out too.
 	CodeLateBeyondWindow = "late_beyond_window"
 )
 

@@ -65,7 +65,7 @@ func newMetrics() *metrics {
 		encodeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_encode_errors_total",
 			Help: "Derived events that could not be encoded (a bug)."}),
 		droppedOrphan: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_orphans_dropped_total",
-			Help: "Stage-B events dropped because their cell_started never reached the pairer."}),
+			Help: "Stage-B events whose cell stage B no longer holds (their pairer was evicted or aged out, or its buffer was full): each is a limit/late_beyond_window dead letter."}),
 		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hf_process_rebuilds_total",
 			Help: "Partition state rebuilds from offset 0, by stage."}, []string{"stage"}),
 		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_write_retries_total",

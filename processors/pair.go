@@ -2,6 +2,7 @@ package processors
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,8 +23,13 @@ type pairs struct {
 	done  []*pairState // eviction queue, in the order pairers became done
 	// finished lists the finished cells held by the pairers, in finishing
 	// order: each is forgotten (score.Pairer.Forget) once its retention
-	// window for late events passed (lateWindow).
-	finished []finishedCell
+	// window for late events passed (lateWindow), or earlier when its
+	// project's finished cells hold more than Config.MaxStateBytes (fin).
+	finished []*finishedCell
+	// fin is, per project, the state its finished cells hold (their
+	// inputs, late events included, as stage A charges them) and those
+	// cells, oldest first.
+	fin      map[string]*finUse
 	logClock time.Time
 	buffered int
 	// agedAt is the log clock at the last ageOut pass from process.
@@ -35,13 +41,17 @@ type pairs struct {
 // campaign parameters applied, and the events of cells whose cell_started has
 // not reached the Pairer (buffered, in order).
 type pairState struct {
-	key       string
-	p         *score.Pairer
-	project   string
-	campaign  string
-	camp      *schemas.CampaignDeclared // the declaration whose params are applied
-	campVer   uint64                    // campaignTable.version when camp was looked up
-	started   map[cellKey]bool
+	key      string
+	p        *score.Pairer
+	project  string
+	campaign string
+	camp     *schemas.CampaignDeclared // the declaration whose params are applied
+	campVer  uint64                    // campaignTable.version when camp was looked up
+	started  map[cellKey]bool
+	// acct is the state charged for each cell the Pairer holds (as stage
+	// A charges it: cellCharge, and each admitted event's size plus
+	// eventCharge), and its finishedCell once it finished.
+	acct      map[cellKey]*cellAcct
 	buf       map[cellKey][]*inMsg
 	hadCell   bool
 	isDone    bool
@@ -52,11 +62,25 @@ type pairState struct {
 }
 
 // finishedCell is a cell that finished in a pairer, and when (log clock,
-// wall clock).
+// wall clock); bytes is its charge, gone that it was forgotten.
 type finishedCell struct {
 	ps        *pairState
 	cell      string
 	log, wall time.Time
+	bytes     int64
+	gone      bool
+}
+
+// cellAcct is a held cell's charge.
+type cellAcct struct {
+	bytes int64
+	fin   *finishedCell
+}
+
+// finUse is one project's finished cells held by stage B on a partition.
+type finUse struct {
+	bytes int64
+	q     []*finishedCell // oldest first
 }
 
 // lateWindow is how long stage B keeps a finished cell's state for late
@@ -68,7 +92,7 @@ type finishedCell struct {
 func (s *pairs) lateWindow() time.Duration { return 2 * s.cfg.Grace }
 
 func newPairs(cfg *Config, m *metrics, camps *campaignTable) *pairs {
-	return &pairs{cfg: cfg, m: m, camps: camps, byKey: map[string]*pairState{}}
+	return &pairs{cfg: cfg, m: m, camps: camps, byKey: map[string]*pairState{}, fin: map[string]*finUse{}}
 }
 
 // size is the number of pairers held.
@@ -112,7 +136,7 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 	key := string(m.key)
 	ps := s.byKey[key]
 	if ps == nil {
-		ps = &pairState{key: key, started: map[cellKey]bool{}, buf: map[cellKey][]*inMsg{}}
+		ps = &pairState{key: key, started: map[cellKey]bool{}, acct: map[cellKey]*cellAcct{}, buf: map[cellKey][]*inMsg{}}
 		ps.p = score.NewPairer(key, s.params(ps))
 		s.byKey[key] = ps
 	}
@@ -137,7 +161,11 @@ func (s *pairs) process(m *inMsg, emit bool, out *sink, now time.Time) {
 		s.add(ps, m, ev, emit, out)
 	} else {
 		if s.buffered >= s.cfg.PendingMax {
+			// Stage A admitted it, so its cell did start: stage B no longer
+			// holds the cell's state and cannot hold the event either. It
+			// is refused, not dropped (the views leave it out too).
 			s.m.droppedOrphan.Inc()
+			s.deadLetter(m, lateBeyondWindow(ev, "stage B does not hold the cell (its pairer was evicted or aged out) and its buffer of events waiting for their cell_started is full (--pending-max "+strconv.Itoa(s.cfg.PendingMax)+")"), emit, out)
 			return
 		}
 		cp := *m
@@ -173,9 +201,7 @@ func (s *pairs) add(ps *pairState, m *inMsg, ev schemas.Event, emit bool, out *s
 	outs, err := ps.p.Add(ev)
 	switch {
 	case err == nil:
-		if f, ok := ev.(*schemas.CellFinished); ok && ps.p.Finished(f.CellID) {
-			s.finished = append(s.finished, finishedCell{ps: ps, cell: f.CellID, log: m.ts, wall: s.now})
-		}
+		s.charge(ps, m, ev)
 	case errors.Is(err, score.ErrLateBeyondWindow):
 		s.deadLetter(m, lateBeyondWindow(ev, "stage B forgot the finished cell's state "+s.lateWindow().String()+" (2 x --grace) after it finished"), emit, out)
 	case !errors.Is(err, score.ErrDuplicateBaseline):
@@ -208,6 +234,85 @@ func (s *pairs) add(ps *pairState, m *inMsg, ev schemas.Event, emit bool, out *s
 	}
 }
 
+// charge charges the event ev (m), which ps's Pairer took, to its cell:
+// a finished cell's charge counts against its project's cap on finished
+// state (Config.MaxStateBytes), past which the project's oldest finished
+// cells are forgotten before their late window ends (their later events
+// are refused late_beyond_window): late events kept for corrections must
+// not let one project grow stage B's memory without bound.
+func (s *pairs) charge(ps *pairState, m *inMsg, ev schemas.Event) {
+	ck := keyOf(ev)
+	a := ps.acct[ck]
+	ch := int64(len(m.value)) + eventCharge
+	if a == nil {
+		if st, ok := ev.(*schemas.CellStarted); ok && ps.p.Holds(st.CellID) {
+			ps.acct[ck] = &cellAcct{bytes: cellCharge + ch}
+		}
+		return
+	}
+	a.bytes += ch
+	if f := a.fin; f != nil {
+		if !f.gone {
+			f.bytes += ch
+			u := s.fin[ps.project]
+			u.bytes += ch
+			s.capFinished(u)
+		}
+		return
+	}
+	if _, ok := ev.(*schemas.CellFinished); !ok || !ps.p.Finished(ck.cell) {
+		return
+	}
+	f := &finishedCell{ps: ps, cell: ck.cell, log: m.ts, wall: s.now, bytes: a.bytes}
+	a.fin = f
+	s.finished = append(s.finished, f)
+	u := s.fin[ps.project]
+	if u == nil {
+		u = &finUse{}
+		s.fin[ps.project] = u
+	}
+	u.bytes += f.bytes
+	u.q = append(u.q, f)
+	s.capFinished(u)
+}
+
+// capFinished forgets u's oldest finished cells while they hold more than
+// Config.MaxStateBytes (not those whose outputs wait for the baseline).
+func (s *pairs) capFinished(u *finUse) {
+	for i := 0; u.bytes > s.cfg.MaxStateBytes && i < len(u.q); {
+		// A forgotten f leaves the front (i == 0: the queue moves up) or
+		// stays, gone, behind cells the Pairer keeps (skipped next).
+		if f := u.q[i]; f.gone || !s.forget(f) {
+			i++
+		}
+	}
+}
+
+// forget drops the finished cell f's state (score.Pairer.Forget) and its
+// charge. It reports false, keeping f, when the Pairer keeps the cell
+// (its outputs wait for the baseline).
+func (s *pairs) forget(f *finishedCell) bool {
+	if f.gone {
+		return true
+	}
+	ps := f.ps
+	if s.byKey[ps.key] == ps && !ps.p.Forget(f.cell) && ps.p.Holds(f.cell) {
+		return false
+	}
+	f.gone = true
+	delete(ps.acct, cellKey{project: ps.project, cell: f.cell})
+	u := s.fin[ps.project]
+	u.bytes -= f.bytes
+	for len(u.q) > 0 && u.q[0].gone {
+		u.q[0] = nil
+		u.q = u.q[1:]
+	}
+	if len(u.q) == 0 {
+		delete(s.fin, ps.project)
+	}
+	return true
+}
+
 func (s *pairs) deadLetter(m *inMsg, r *rejection, emit bool, out *sink) {
 	if !emit {
 		return
@@ -231,18 +336,22 @@ func (s *pairs) expiredOn(logT, wallT, now time.Time) bool {
 func (s *pairs) evict(now time.Time) {
 	w := s.lateWindow()
 	k := 0
+	var kept []*finishedCell
 	for _, f := range s.finished {
-		if !f.log.Add(w).Before(s.logClock) && !f.wall.Add(w).Before(now) {
+		if !f.gone && !f.log.Add(w).Before(s.logClock) && !f.wall.Add(w).Before(now) {
 			break
 		}
-		if s.byKey[f.ps.key] == f.ps {
-			f.ps.p.Forget(f.cell)
+		if !s.forget(f) {
+			// Its outputs wait for the baseline: asked again a window
+			// later.
+			f.log, f.wall = s.logClock, now
+			kept = append(kept, f)
 		}
 		k++
 	}
 	if k > 0 {
 		clear(s.finished[:k])
-		s.finished = s.finished[k:]
+		s.finished = append(s.finished[k:], kept...)
 	}
 	n := 0
 	for _, ps := range s.done {
@@ -281,6 +390,12 @@ func (s *pairs) ageOut(emit bool, out *sink, now time.Time) {
 		}
 		for _, b := range ps.buf {
 			s.buffered -= len(b)
+			s.m.droppedOrphan.Add(float64(len(b)))
+			// Events of other cells of the key that stage B no longer
+			// holds: refused, as in sweep, not dropped.
+			for _, hm := range b {
+				s.deadLetter(hm, lateBeyondWindow(hm.ev, "stage B no longer holds the cell (its pairing key was aged out after "+s.cfg.CellIdle.String()+" (--cell-idle) with no event)"), hm.emit, out)
+			}
 		}
 		delete(s.byKey, k)
 		if emit {

@@ -159,8 +159,9 @@ func TestPendingBoundAndTimeout(t *testing.T) {
 // behind the attempts that wait for an update's version, and for
 // Config.FinishHold behind the trailing updates that no attempt runs, so
 // nothing is dead-lettered and every derived event equals the in-order
-// stream's. With the hold disabled the trailing updates' samples are lost:
-// the hold is what keeps them.
+// stream's. With the hold disabled the trailing updates reach the scorer
+// after the cell_finished and their samples are derived all the same (a
+// late update counts; before issue 42 they were lost).
 func TestFinishWaitsForLateUpdate(t *testing.T) {
 	c := gen.Generate(gen.Config{Seed: 9})
 	recs := encodeRecords(t, c)
@@ -204,11 +205,11 @@ func TestFinishWaitsForLateUpdate(t *testing.T) {
 	for _, hold := range []time.Duration{0, -1} {
 		got := feedAll(newLocal(t, Config{MinPairs: 2, FinishHold: hold}), moved, time.Now())
 		missing := lateDiff(t, want, got, trailing)
-		switch {
-		case hold == 0 && missing != 0:
-			t.Errorf("finish hold on: %d trailing updates lost their sample, want 0", missing)
-		case hold < 0 && missing != len(trailing):
-			t.Errorf("finish hold off: %d of %d trailing samples missing, want all (the test must show what the hold keeps)", missing, len(trailing))
+		// With the hold off, the updates reach the Pairer after the
+		// cell_finished: late, they still yield their samples (issue 42:
+		// a late update counts), only later.
+		if missing != 0 {
+			t.Errorf("finish hold %v: %d trailing updates lost their sample, want 0", hold, missing)
 		}
 	}
 }

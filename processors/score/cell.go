@@ -208,8 +208,14 @@ type pendingUpdate struct {
 	cycle                       int32
 	rolledBack                  bool
 	text, kind                  string
-	versionIdx                  int32
-	at                          time.Time // the update's event time
+	// hasArts: a copy with artifacts arrived; text and kind are those of
+	// the greatest such copy (artVer). samples: the cell's kind yields
+	// samples (not baseline, not split_train). An update is in
+	// cell.updates, and yields a sample, when both hold.
+	hasArts, samples bool
+	artVer           version
+	versionIdx       int32
+	at               time.Time // the update's event time
 	// evidence and summary make the query, built when the sample is
 	// computed: the evidence attempts may arrive after the update.
 	evidence []string
@@ -320,9 +326,14 @@ func (c *cell) touch(cycle int32) {
 		// sample is emitted once the round after its update's closed).
 		return
 	}
-	r := c.rounds[cycle]
-	if r != nil && r.emitted != nil {
-		r.dirty, c.dirty = true, true
+	if r := c.rounds[cycle]; r != nil {
+		// An emitted round is computed again; one never emitted (a cycle
+		// that arrived after its round closed, even after cell_finished,
+		// when nothing else would scan the rounds again) is emitted.
+		if r.emitted != nil {
+			r.dirty = true
+		}
+		c.dirty = true
 	}
 	for _, u := range c.updates {
 		if u.emitted != nil && (u.cycle == cycle || u.cycle+1 == cycle) {

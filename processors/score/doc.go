@@ -42,7 +42,10 @@
 // (task_id, attempt, turn, tool, skill_name), of which only tool load_skill
 // is read; adherence_judgment (task_id, attempt, skill_name, judge_model);
 // harness_update (update_id): a re-send changes no version (the first copy
-// advanced the chain), the winner's fields make the sample. A redelivery
+// advanced the chain), the winner's fields make the sample, its update text
+// and artifact_kind those of the greatest copy that has artifacts (so an
+// update yields a sample when any of its copies has artifacts, whatever
+// the order; a sample once emitted is never withdrawn). A redelivery
 // (same event_id) is ignored (Stats.Duplicates), a loser counted in
 // Stats.Superseded.
 //
@@ -79,7 +82,8 @@
 // a closed round (attempts, skill loads, judgments, updates of cycle ≤ t,
 // and events after cell_finished) are late: they count, and the outputs
 // that read them are corrected (Stats.Late, Stats.Corrections); a round
-// that first arrives after it closed is emitted at once. A skill event or
+// that first arrives after it closed (even after cell_finished), and an
+// update both of whose rounds closed, are emitted at once. A skill event or
 // judgment belongs to the attempt of its (task_id, attempt) — of those in
 // several cycles, the one with the latest event time not after its own,
 // else the earliest — and counts once that attempt arrived (never when it
@@ -133,9 +137,11 @@
 // A cell keeps its inputs' winners while it runs (a late event may correct
 // any of its rounds; the processors' stage A caps each project's state,
 // --max-state-bytes) and, once finished, until the runtime forgets it
-// (Forget: its retention window for late events passed); a forgotten
-// cell's later events are ErrLateBeyondWindow, which the runtime
-// dead-letters late_beyond_window. When the baseline cell is forgotten its
+// (Forget: its retention window for late events passed, or its project's
+// finished cells hold too much state); a forgotten cell's later events are
+// ErrLateBeyondWindow, which the runtime dead-letters late_beyond_window.
+// Forget keeps a cell whose outputs still wait for the baseline (they
+// would be lost; the runtime asks again later). When the baseline cell is forgotten its
 // task_id → score map is kept, frozen, since more evolved cells may start
 // later; Done reports that the whole Pairer may be evicted after a grace
 // period.

@@ -148,15 +148,32 @@ func (p *Pairer) update(c *cell, e *schemas.HarnessUpdate) {
 	// whose version it runs (the processors hold it until that update).
 	v := versionOf(&e.Envelope)
 	if prev := c.byUpdate[e.UpdateID]; prev != nil {
+		// A re-send under a new event id: one update whatever the arrival
+		// order. Its fields are the winner's (the greatest version); its
+		// artifacts those of the greatest copy that has any, so that it
+		// yields a sample when any copy has artifacts, in any order.
 		p.stats.Superseded++
-		if !v.beats(prev.ver) {
-			return
-		}
-		if prev.updateID != "" { // a sample-bearing update: the winner's fields
+		changed := false
+		if v.beats(prev.ver) {
 			p.fill(c, prev, e, v)
-			if prev.emitted != nil {
-				prev.dirty, c.dirty = true, true
+			changed = true
+		}
+		if len(e.Artifacts) > 0 && (!prev.hasArts || v.beats(prev.artVer)) {
+			prev.text, prev.kind = UpdateText(e.Artifacts)
+			prev.artVer = v
+			changed = true
+			if !prev.hasArts {
+				prev.hasArts = true
+				if prev.samples {
+					c.updates = append(c.updates, prev)
+				}
 			}
+		}
+		if changed && prev.samples && prev.hasArts {
+			if prev.emitted != nil {
+				prev.dirty = true
+			}
+			c.dirty = true
 		}
 		return
 	}
@@ -171,33 +188,38 @@ func (p *Pairer) update(c *cell, e *schemas.HarnessUpdate) {
 		// version the cell runs (as the validator's current version).
 		c.tip = e.ToVersion
 	}
+	u := &pendingUpdate{versionIdx: idx}
+	p.fill(c, u, e, v)
+	c.byUpdate[e.UpdateID] = u
 	if c.kind == kindBaseline || c.kind == kindSplitTrain {
 		p.stats.SkippedUpdates++
-		c.byUpdate[e.UpdateID] = &pendingUpdate{ver: v}
 		return
 	}
+	u.samples = true
 	if int64(e.Cycle) <= c.closedThrough() {
 		p.stats.Late++
 	}
 	if len(e.Artifacts) == 0 {
 		p.stats.EmptyUpdates++
-		c.byUpdate[e.UpdateID] = &pendingUpdate{ver: v}
 		return
 	}
-	u := &pendingUpdate{versionIdx: idx}
-	p.fill(c, u, e, v)
-	c.byUpdate[e.UpdateID] = u
+	u.text, u.kind = UpdateText(e.Artifacts)
+	u.hasArts, u.artVer = true, v
 	c.updates = append(c.updates, u)
+	if int64(u.cycle)+1 <= c.closedThrough() {
+		// Both its rounds closed (the cell may have finished): nothing
+		// else would look at the updates again.
+		c.dirty = true
+	}
 }
 
+// fill sets u's fields but its artifacts from e, the winner of its natural
+// key so far.
 func (p *Pairer) fill(c *cell, u *pendingUpdate, e *schemas.HarnessUpdate, v version) {
 	u.ver = v
 	u.updateID, u.from, u.to, u.evolver = e.UpdateID, e.FromVersion, e.ToVersion, e.EvolverModel
 	u.cycle, u.rolledBack = e.Cycle, e.RolledBack
 	u.evidence, u.summary, u.at = e.EvidenceTaskIDs, e.EvidenceSummary, e.EventTime
-	if len(e.Artifacts) > 0 {
-		u.text, u.kind = UpdateText(e.Artifacts)
-	}
 	if idx, ok := c.chain[e.ToVersion]; ok {
 		u.versionIdx = idx
 	}

@@ -104,14 +104,20 @@ func (p *Pairer) Done() bool {
 	if p.open > 0 {
 		return false
 	}
-	if !p.baseReady() {
-		for _, c := range p.cells {
-			if c.kind == kindInSitu || c.kind == kindSplitTrain || c.kind == kindSplitTest {
-				return false // its outputs wait for the baseline
-			}
+	if p.baseReady() {
+		return true
+	}
+	for _, c := range p.cells {
+		if p.waitsForBase(c) {
+			return false // its outputs wait for the baseline
 		}
 	}
 	return true
+}
+
+// waitsForBase reports that c's outputs wait for the baseline to finish.
+func (p *Pairer) waitsForBase(c *cell) bool {
+	return !p.baseReady() && (c.kind == kindInSitu || c.kind == kindSplitTrain || c.kind == kindSplitTest)
 }
 
 // Finished reports whether the Pairer holds cellID as a finished cell.
@@ -120,13 +126,19 @@ func (p *Pairer) Finished(cellID string) bool {
 	return c != nil && c.finished
 }
 
+// Holds reports whether the Pairer holds cellID (started, not forgotten,
+// not ignored).
+func (p *Pairer) Holds(cellID string) bool { return p.cells[cellID] != nil }
+
 // Forget drops a finished cell's state (the runtime's retention window for
 // late events passed): its later events are refused with
 // ErrLateBeyondWindow. The baseline's scores stay, frozen, for cells that
-// start later. It reports whether the cell was held and finished.
+// start later. It reports whether the cell was held and finished and is
+// now forgotten; a cell whose outputs still wait for the baseline is kept
+// (they would be lost): the runtime asks again later.
 func (p *Pairer) Forget(cellID string) bool {
 	c := p.cells[cellID]
-	if c == nil || !c.finished {
+	if c == nil || !c.finished || p.waitsForBase(c) {
 		return false
 	}
 	if p.base != nil && p.base.cell == c {
