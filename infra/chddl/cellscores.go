@@ -2,6 +2,7 @@ package chddl
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,25 +18,42 @@ const RecomputeChunk = 500
 const MaxStatementBytes = 128 << 10
 
 // recomputeSQL writes the cell_scores rows of the listed cells ({cells}, a
-// list of (project, cell_id) tuples, written twice) from their deduplicated
-// attempts: the cell_rates fragment keyed by project and cell id, the same
-// definition v_cell_scores computes live, restricted to those cells.
+// list of (project, cell_id) tuples, written twice) from their attempts:
+// the cell_rates_nk fragment keyed by project and cell id, the definition
+// v_cell_scores computes live (0009_natural_keys.sql: one winner per
+// natural key, attempts refused as late_beyond_window left out),
+// restricted to those cells. Its subqueries are GLOBAL (ClusterSQL): on a
+// cluster rejected_events is sharded apart from the cells' attempts, and
+// on a single server GLOBAL changes nothing.
 //
-// The version of a summary is VersionBase plus the number of distinct
-// attempt events it was computed from (distinct 64-bit hashes of their
-// event ids: exact unless two of a cell's ids collide, a chance of about
-// 3 in 10^12 for a cell of 10 000 events; cheaper than a set of the
-// strings): a recomputation that saw more of the cell's attempts wins,
-// whichever sink or host ran it and whatever its clock said. Attempts only
-// accumulate (a redelivery has the event id of the row it repeats), so two
-// recomputations that saw as many events saw the same ones and wrote the
-// same figures.
-var recomputeSQL = func() string {
-	rates, err := fragmentWhere("cell_rates", "project, cell_id", "(project, cell_id) IN ({cells})")
+// The version of a summary is NaturalKeyBase plus the number of distinct
+// attempt events it was computed from plus the number of those refused as
+// late (distinct 64-bit hashes of their event ids: exact unless two of a
+// cell's ids collide, a chance of about 3 in 10^12 for a cell of 10 000
+// events; cheaper than a set of the strings): a recomputation that saw more
+// of the cell's attempts, or more of their refusals, wins, whichever sink
+// or host ran it and whatever its clock said. Both only accumulate (a
+// redelivery has the event id of the row it repeats), so once every
+// attempt and every refusal has been seen by a recomputation, that
+// recomputation's figures win.
+var recomputeSQL = recomputeStatement("(project, cell_id) IN ({cells})")
+
+// recomputeAllSQL recomputes every cell's summary: Migrate runs it after
+// 0009 (backfill).
+var recomputeAllSQL = recomputeStatement("")
+
+// recomputeStatement is the recomputation of the cells cond selects (every
+// cell when cond is empty).
+func recomputeStatement(cond string) string {
+	rates, err := fragmentWhere("cell_rates_nk", "project, cell_id", cond)
 	if err != nil {
 		panic(err) // embedded; TestRecompute* cover it
 	}
-	return `INSERT INTO {db}.cell_scores (project, cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version, _computed_at)
+	where := ""
+	if cond != "" {
+		where = "\n    WHERE " + cond
+	}
+	return clusterSQL(`INSERT INTO {db}.cell_scores (project, cell_id, n_tasks, pass_rate, pass_rate_final, mean_score, mean_score_final, _version, _computed_at)
 SELECT
     project,
     cell_id,
@@ -52,18 +70,32 @@ FROM
 ) AS l1
 ALL INNER JOIN
 (
-    SELECT project, cell_id, toUInt64(` + strconv.FormatUint(VersionBase, 10) + ` + uniqExact(cityHash64(event_id))) AS c_version
-    FROM {db}.task_attempts
-    WHERE (project, cell_id) IN ({cells})
-    GROUP BY project, cell_id
-) AS r1 USING (project, cell_id)`
-}()
+` + strings.Replace(versionSQL, "{cellwhere}", where, 1) + `
+) AS r1 USING (project, cell_id)`)
+}
+
+// versionSQL is, per listed cell ({cells}), the version its summary must
+// have (c_version): NaturalKeyBase + distinct attempt events + those of
+// them refused as late_beyond_window.
+var versionSQL = `    SELECT project, cell_id,
+        toUInt64(` + strconv.FormatUint(NaturalKeyBase, 10) + ` + uniqExact(cityHash64(event_id)) + uniqExactIf(cityHash64(event_id), (project, event_id) IN
+            (SELECT project, source_event_id FROM {db}.rejected_events WHERE reason_code = 'late_beyond_window'))) AS c_version
+    FROM {db}.task_attempts{cellwhere}
+    GROUP BY project, cell_id`
 
 // VersionBase is added to the count of events a cell_scores summary was
-// computed from to make its _version (2^62): above the wall-clock versions
-// (unix nanoseconds, about 1.8e18) that earlier releases wrote, so that
-// their summaries lose to the first recomputation after an upgrade.
+// computed from to make its _version (2^62) by releases before the natural
+// keys (0009): above the wall-clock versions (unix nanoseconds, about
+// 1.8e18) that earlier releases wrote, so that their summaries lose to the
+// first recomputation after an upgrade.
 const VersionBase uint64 = 1 << 62
+
+// NaturalKeyBase is the base of the versions of summaries computed under
+// the natural-key rules (0009_natural_keys.sql; 3 << 61): v_cell_scores
+// reads only summaries at or above it (the view's text holds the number),
+// so a summary an earlier release computed under other rules is ignored
+// and the cell is computed live until the sink recomputes it.
+const NaturalKeyBase uint64 = 3 << 61
 
 // CellKey identifies a cell: two projects that use one cell id have two
 // cells (0004_project_keys.sql).
@@ -231,10 +263,16 @@ func uniqueSorted(in []string) []string {
 
 // CellCheck is what VerifyCells checks of one cell: its key and some event
 // ids of the attempts last inserted for it (a few are enough: an insert
-// lands on a replica whole).
+// lands on a replica whole), or the ids of its attempts refused as
+// late_beyond_window whose dead letters were last inserted.
 type CellCheck struct {
 	Key      CellKey
 	EventIDs []string
+	// RefusedIDs are attempt event ids whose late_beyond_window dead letters
+	// the summary must have seen: until rejected_events, as read, holds
+	// them all, the cell is not settled (its recomputation may have read a
+	// replica without them and counted the refused attempts).
+	RefusedIDs []string
 }
 
 // VerifyCells reports which of the checked cells' cell_scores summaries are
@@ -258,10 +296,17 @@ func VerifyCells(ctx context.Context, s Session, database string, checks []CellC
 		return nil, ErrNoDatabase
 	}
 	want := map[CellKey]map[string]struct{}{}
+	refused := map[CellKey]map[string]struct{}{}
 	var keys []CellKey
 	for _, c := range checks {
 		if c.Key.CellID == "" {
 			continue
+		}
+		for _, id := range c.RefusedIDs {
+			if refused[c.Key] == nil {
+				refused[c.Key] = map[string]struct{}{}
+			}
+			refused[c.Key][id] = struct{}{}
 		}
 		ids, ok := want[c.Key]
 		if !ok {
@@ -342,22 +387,85 @@ func VerifyCells(ctx context.Context, s Session, database string, checks []CellC
 			}
 		}
 	}
-	return unsettled, nil
+	return refusalsUnseen(ctx, s, q, refused, unsettled)
+}
+
+// refusalsUnseen adds to unsettled the cells of refused (cell -> refused
+// attempt ids) whose late_beyond_window dead letters rejected_events, as
+// read, does not all hold.
+func refusalsUnseen(ctx context.Context, s Session, q string, refused map[CellKey]map[string]struct{}, unsettled []CellKey) ([]CellKey, error) {
+	if len(refused) == 0 {
+		return unsettled, nil
+	}
+	done := map[CellKey]bool{}
+	for _, k := range unsettled {
+		done[k] = true
+	}
+	byID := map[[2]string][]CellKey{} // (project, id) -> cells
+	var lits []string
+	for k, ids := range refused {
+		for id := range ids {
+			pid := [2]string{k.Project, id}
+			if byID[pid] == nil {
+				lits = append(lits, "("+QuoteString(k.Project)+", "+QuoteString(id)+")")
+			}
+			byID[pid] = append(byID[pid], k)
+		}
+	}
+	sort.Strings(lits)
+	const head = "SELECT project, source_event_id FROM %s.rejected_events WHERE reason_code = 'late_beyond_window' AND (project, source_event_id) IN (%s)"
+	seen := map[[2]string]bool{}
+	for _, chunk := range recomputeChunks(lits, len(head)+len(q), 1) {
+		_, rows, err := s.QueryStrings(ctx, fmt.Sprintf(head, q, strings.Join(chunk, ", ")))
+		if err != nil {
+			return nil, &RecomputeError{Cells: len(chunk), Err: err}
+		}
+		for _, r := range rows {
+			if len(r) == 2 {
+				seen[[2]string{r[0], r[1]}] = true
+			}
+		}
+	}
+	var add []CellKey
+	for pid, cells := range byID {
+		if seen[pid] {
+			continue
+		}
+		for _, k := range cells {
+			if !done[k] {
+				done[k] = true
+				add = append(add, k)
+			}
+		}
+	}
+	sort.Slice(add, func(i, j int) bool {
+		if add[i].Project != add[j].Project {
+			return add[i].Project < add[j].Project
+		}
+		return add[i].CellID < add[j].CellID
+	})
+	return append(unsettled, add...), nil
 }
 
 // verifySQL reads, per listed cell ({cells}), the version its summary must
-// have (from the distinct attempt events read), how many of the listed
-// event ids ({ids}, (project, cell_id, event_id) tuples) were read, and the
-// version of its newest summary (0 when it has none).
-var verifySQL = `SELECT project, cell_id, toString(want), toString(seen), toString(have)
+// have (versionSQL), how many of the listed event ids ({ids}, (project,
+// cell_id, event_id) tuples) were read, and the version of its newest
+// summary (0 when it has none).
+var verifySQL = clusterSQL(`SELECT project, cell_id, toString(want), toString(seen), toString(have)
 FROM
 (
-    SELECT project, cell_id,
-        toUInt64(` + strconv.FormatUint(VersionBase, 10) + ` + uniqExact(cityHash64(event_id))) AS want,
-        uniqExactIf(event_id, (project, cell_id, event_id) IN ({ids})) AS seen
-    FROM {db}.task_attempts
-    WHERE (project, cell_id) IN ({cells})
-    GROUP BY project, cell_id
+    SELECT project, cell_id, c_version AS want, seen
+    FROM
+    (
+        SELECT project, cell_id, uniqExactIf(event_id, (project, cell_id, event_id) IN ({ids})) AS seen
+        FROM {db}.task_attempts
+        WHERE (project, cell_id) IN ({cells})
+        GROUP BY project, cell_id
+    ) AS a0
+    ALL INNER JOIN
+    (
+` + strings.Replace(versionSQL, "{cellwhere}", "\n    WHERE (project, cell_id) IN ({cells})", 1) + `
+    ) AS b0 USING (project, cell_id)
 ) AS a
 ALL LEFT JOIN
 (
@@ -365,4 +473,22 @@ ALL LEFT JOIN
     FROM {db}.cell_scores
     WHERE (project, cell_id) IN ({cells})
     GROUP BY project, cell_id
-) AS b USING (project, cell_id)`
+) AS b USING (project, cell_id)`)
+
+// backfill runs, after migration version's statements and before its
+// ledger record, what it does to the data: 0009 recomputes every cell's
+// cell_scores summary under its rules (summaries of earlier releases are
+// ignored by its v_cell_scores, which would otherwise compute every cell
+// that gets no new attempt live: the same figures, slowly). It reads every
+// attempt once (about 14 s for 10M attempts on 2 cores); a re-run writes
+// the same summaries again. On a cluster it runs once, through the node
+// asked, into the Distributed table.
+func backfill(ctx context.Context, s Session, database string, version uint32) error {
+	if version != 9 {
+		return nil
+	}
+	if err := s.Exec(ctx, strings.ReplaceAll(recomputeAllSQL, DBPlaceholder, QuoteIdent(database))); err != nil {
+		return fmt.Errorf("recompute every cell_scores summary: %w", err)
+	}
+	return nil
+}

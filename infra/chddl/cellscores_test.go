@@ -192,7 +192,9 @@ func TestMigrateReappliesFilesAfterAChangedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bb.Append("p", "c9", uint64(7), 42.0, uint64(1)); err != nil {
+	// A summary computed under the natural-key rules (0009): its version is
+	// at least NaturalKeyBase.
+	if err := bb.Append("p", "c9", uint64(7), 42.0, chddl.NaturalKeyBase+1); err != nil {
 		t.Fatal(err)
 	}
 	if err := bb.Send(); err != nil {

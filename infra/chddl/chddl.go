@@ -12,6 +12,12 @@
 // that a binary older than the ledger (a rolling upgrade) recognises it and
 // leaves the schema alone.
 //
+// After migration 0009's statements, Migrate recomputes every cell's
+// cell_scores summary under its rules before recording it (backfill in
+// cellscores.go): data, not schema, so Print leaves it out (a schema
+// applied by hand has cells computed live by v_cell_scores, with the same
+// figures, until the sink next recomputes them).
+//
 // Migrations 0004 and 0007 change sort keys, which ClickHouse cannot alter:
 // before each runs, Migrate rebuilds the tables of an older database that
 // it re-keys by copy (rekey.go says how an old table is detected, what is
@@ -258,6 +264,9 @@ func migrate(ctx context.Context, s Session, database, cluster string) (Result, 
 			if err := s.Exec(ctx, stmt); err != nil {
 				return res, &StatementError{File: f.Name, Index: i + 1, SQL: stmt, Err: err}
 			}
+		}
+		if err := backfill(ctx, s, database, f.Version); err != nil {
+			return res, fmt.Errorf("migration %s: %w", f.Name, err)
 		}
 		if err := s.Exec(ctx, recordSQL(q, f, stamp(last[f.Version]))); err != nil {
 			return res, fmt.Errorf("record migration %s: %w", f.Name, err)

@@ -95,6 +95,11 @@ var addedColumns = map[uint32][]addedColumn{
 		{"critic_eval_diffs", "eval_set_sha256", "String", "checkpoint_sha256"},
 		{"critic_eval_diffs", "eval_epoch", "UInt64", "eval_set_sha256"},
 	},
+	// The id of the event a dead letter refuses (issue 42): the views leave
+	// out the events refused as late_beyond_window by it.
+	9: {
+		{"rejected_events", "source_event_id", "String", "payload"},
+	},
 }
 
 // addColumns adds the columns of migration version's addedColumns that the

@@ -56,14 +56,25 @@ func (s *Sink) insert(ctx context.Context, j *job, rq *recomputeQueue) {
 	s.addStats(func(st *Stats) { st.Rows += int64(n); st.Inserts++ })
 	s.log.Debug().Str("table", t.name).Int("rows", n).Int("bytes", j.bytes).Int("attempts", attempts).
 		Dur("took", time.Since(start)).Msg("inserted")
-	if rq == nil || t != tAttempts {
+	if rq == nil || (t != tAttempts && t != tRejected) {
 		j.rows = nil // let the events be freed
 		s.markDone(j)
 		return
 	}
 	// The parts are set before inserted: commit reads them once it sees
-	// inserted (recompute.go).
-	j.parts = attemptParts(j, j.rows, s.verifying)
+	// inserted (recompute.go). Dead letters of attempts refused as late
+	// recompute their cells too (refusedAttempts), verified on a cluster
+	// until their dead letters are read (the refused attempt itself may
+	// reach task_attempts after its dead letter: not waited for).
+	if t == tAttempts {
+		j.parts = attemptParts(j, j.rows, s.verifying)
+	} else {
+		refused := refusedAttempts(j.rows)
+		j.parts = attemptParts(j, refused, false)
+		if s.verifying {
+			addRefusedChecks(j.parts, refused)
+		}
+	}
 	j.left.Store(int32(len(j.parts)))
 	j.inserted.Store(true)
 	j.rows = nil

@@ -303,6 +303,7 @@ var (
 		mk("source_partition", func(e *schemas.Rejected) int32 { return e.Partition }),
 		mk("source_offset", func(e *schemas.Rejected) int64 { return e.Offset }),
 		mk("payload", func(e *schemas.Rejected) string { return string(e.Payload) }),
+		mk("source_event_id", func(e *schemas.Rejected) string { return refusedEventID(e) }),
 	)
 	tCheckpoints = newTable("checkpoints",
 		mk("model_version", func(e *schemas.CheckpointPublished) string { return e.ModelVersion }),

@@ -39,6 +39,9 @@ const verifyBatch = 5000
 // unverified is a cell awaiting verification.
 type unverified struct {
 	ids  []string // event ids of its latest insert
+	// refused are attempt ids whose late_beyond_window dead letters were
+	// inserted and must be read (kept across newer inserts, capped).
+	refused []string
 	due  time.Time
 	wait time.Duration
 	seq  uint64 // order of arrival, for dropping the oldest past MaxUnverified
@@ -62,7 +65,19 @@ func (v *verifySet) expect(checks []chddl.CellCheck, now time.Time, wait time.Du
 	}
 	for _, c := range checks {
 		v.seq++
-		v.cells[c.Key] = &unverified{ids: c.EventIDs, due: now.Add(wait), wait: wait, seq: v.seq}
+		u := &unverified{ids: c.EventIDs, refused: c.RefusedIDs, due: now.Add(wait), wait: wait, seq: v.seq}
+		if old := v.cells[c.Key]; old != nil {
+			// A dead letters' check keeps the attempts' ids waiting, and
+			// an attempts' check the refusals waiting.
+			if len(u.ids) == 0 {
+				u.ids = old.ids
+			}
+			u.refused = append(append([]string(nil), old.refused...), c.RefusedIDs...)
+			if len(u.refused) > maxCheckIDs {
+				u.refused = u.refused[len(u.refused)-maxCheckIDs:]
+			}
+		}
+		v.cells[c.Key] = u
 	}
 	for len(v.cells) > limit {
 		var oldest chddl.CellKey
@@ -90,7 +105,7 @@ func (v *verifySet) due(now time.Time, n int) ([]chddl.CellCheck, []*unverified)
 			break
 		}
 		if !u.due.After(now) {
-			checks = append(checks, chddl.CellCheck{Key: k, EventIDs: u.ids})
+			checks = append(checks, chddl.CellCheck{Key: k, EventIDs: u.ids, RefusedIDs: u.refused})
 			entries = append(entries, u)
 		}
 	}
