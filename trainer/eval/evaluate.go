@@ -116,7 +116,8 @@ type Comparison struct {
 	Metric string
 	// Baseline is the best baseline by its point estimate on all held-out
 	// rows (lowest RMSE or NLL, highest ρ or macro-F1; first listed on a
-	// tie), fixed for every resample.
+	// tie), fixed for every resample; for MetricPairs, the context
+	// regression when it is among the baselines.
 	Baseline string
 	// Diff is model − baseline, computed on the same resampled rows.
 	Diff Interval
@@ -143,8 +144,9 @@ type Report struct {
 	// Verdict is the use-matched one: the critic is asked to rank the
 	// candidate updates of one round, so it is VerdictBeats when the
 	// within-round pairwise accuracy's comparison is (its interval above
-	// the best baseline's, the context regression's on any data where the
-	// context explains something). Without a round of two rows (no pair to
+	// the context regression's: what reading the update adds to what its
+	// context tells; the best baseline's when the context regression is
+	// not among them). Without a round of two rows (no pair to
 	// rank), it falls back to every comparison's verdict being
 	// VerdictBeats. Note says why when the groups were too few.
 	Verdict string
@@ -392,6 +394,13 @@ func Evaluate(cfg Config, rows []*schemas.LabeledSample, model Predictions, base
 		for j := 1; j < len(all); j++ {
 			if (effect && !all[j].Effect) || (!effect && !all[j].Label) {
 				continue
+			}
+			if m == mPairs && all[j].Name == BaselineContext {
+				// The ranking verdict asks whether reading the update
+				// adds to what its context tells: against the context
+				// regression, whatever ranks best.
+				best = j
+				break
 			}
 			v := point[j][m]
 			if best < 0 || (lower && v < point[best][m]) || (!lower && v > point[best][m]) {
