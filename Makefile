@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin/harnessflow
 
-.PHONY: build deps test-deps test fuzz demo bench chaos bench-produce bench-critic vet
+.PHONY: build deps test-deps test fuzz demo bench chaos bench-produce bench-critic vet compose-test
 
 deps:
 	@bash infra/scripts/ensure-deps.sh
@@ -20,6 +20,19 @@ vet:
 test: test-deps vet
 	$(GO) test -race -shuffle=on -timeout 20m ./...
 	$(MAKE) fuzz
+
+# Both compose shapes (docker-compose.yml, then with docker-compose.cluster.yml)
+# brought up by a real Docker engine that the test starts and stops itself,
+# with infra/compose/stand-ins.yml for the images no registry serves here, a
+# campaign sent through the composed ingest (infra/composetest). Needs root
+# (dockerd) and the network to the Debian mirror and the Go module proxy;
+# about 14 min on 2 cores with no image cached, 7 with the images kept
+# (README.md, "Production deployment"). Not part of `make test`; .ci/run
+# runs both.
+compose-test:
+	@bash infra/scripts/ensure-deps.sh --compose
+	$(GO) vet -tags composetest ./infra/composetest
+	bash infra/scripts/compose-test.sh
 
 # An execution count, not a duration: with a duration, Go's fuzz coordinator
 # can fail a target with a bare "context deadline exceeded" when its workers

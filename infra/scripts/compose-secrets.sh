@@ -3,7 +3,8 @@
 # passwords, into secrets/ at the repository root (or $HF_COMPOSE_DIR/secrets),
 # and records the invoking user's uid and gid in .env (HF_UID, HF_GID: the
 # harnessflow services run as that user so that they can read the 0600
-# password files that compose bind-mounts under /run/secrets). Existing
+# password files that compose bind-mounts under /run/secrets; as root, set
+# HF_UID and HF_GID to a non-root user and the files are given to it). Existing
 # passwords are kept: run it again after deleting a file to rotate that one.
 # Nothing it writes is committed (secrets/.gitignore ignores everything).
 #
@@ -86,8 +87,20 @@ cat >"$dir/clickhouse_cluster_secret.xml" <<XML
 XML
 chmod 644 "$dir/clickhouse_cluster_secret.xml"
 
+# The services' user: HF_UID/HF_GID from the environment, else from .env,
+# else the invoking user. Run as root with a non-root user there, the files
+# the services read are given to that user.
+envval() { if [ -f "$root/.env" ]; then sed -n "s/^$1=//p" "$root/.env" | tail -n1; fi; }
+uid=${HF_UID:-$(envval HF_UID)}
+gid=${HF_GID:-$(envval HF_GID)}
+uid=${uid:-$(id -u)}
+gid=${gid:-$(id -g)}
+if [ "$(id -u)" = 0 ] && [ "$uid:$gid" != 0:0 ]; then
+  chown "$uid:$gid" "$dir"/clickhouse_password "$dir"/kafka_password "$dir"/kafka_broker_password \
+    "$dir"/ingest-tokens "$dir"/clickhouse_cluster_secret
+fi
 if ! grep -qs '^HF_UID=' "$root/.env"; then
-  printf 'HF_UID=%s\nHF_GID=%s\n' "$(id -u)" "$(id -g)" >>"$root/.env"
+  printf 'HF_UID=%s\nHF_GID=%s\n' "$uid" "$gid" >>"$root/.env"
   echo "wrote HF_UID and HF_GID to $root/.env" >&2
 fi
 echo "compose secrets are in $dir" >&2

@@ -10,7 +10,9 @@
 # @chdb/lib-linux-x64-gnu into the user's cache, Debian's npm first if there
 # is no npm), and npm's kafkajs and @kafkajs/confluent-schema-registry, the
 # independent Confluent serializer of the interoperability test
-# (internal/testenv.Node; into the user's cache too). Used by `make test`, `make demo` and .ci/run. Without root it
+# (internal/testenv.Node; into the user's cache too). With --compose, Debian's
+# docker.io, docker-compose and mmdebstrap (make compose-test). Used by `make test`,
+# `make demo`, `make compose-test` and .ci/run. Without root it
 # prints the commands that do the install.
 set -euo pipefail
 
@@ -59,6 +61,16 @@ if [ "${1:-}" = "--test" ]; then
   fi
 fi
 
+# With --compose (make compose-test): Debian's Docker engine and compose,
+# and mmdebstrap for the local base image (infra/scripts/compose-test.sh).
+for arg in "$@"; do
+  if [ "$arg" = "--compose" ]; then
+    { command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1; } || missing+=(docker.io)
+    command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+    command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+  fi
+done
+
 install_interop() {
   echo "installing ${npm_interop_pkgs[*]} into $npm_interop_dir" >&2
   npm install --prefix "$npm_interop_dir" --no-audit --no-fund "${npm_interop_pkgs[@]}" >&2
@@ -101,6 +113,8 @@ if command -v service >/dev/null 2>&1; then
   service clickhouse-server stop >/dev/null 2>&1 || true
   service prometheus stop >/dev/null 2>&1 || true
   service zookeeper stop >/dev/null 2>&1 || true
+  # make compose-test starts a dockerd of its own.
+  service docker stop >/dev/null 2>&1 || true
 fi
 if [ "$need_chdb" = 1 ]; then install_chdb; fi
 if [ "$need_interop" = 1 ]; then install_interop; fi
