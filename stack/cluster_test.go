@@ -1,19 +1,23 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/internal/chcluster"
@@ -81,7 +85,18 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 			}
 		}
 	}
-	proc, err := processors.New(processors.Config{Brokers: brokers}, processors.WithLogger(zerolog.Nop()))
+	// The services' warnings, shown if the test fails (they are silent
+	// otherwise: the test reads their effects).
+	var logs syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("services' warnings and errors (last 8 KiB):\n%s", logs.tail(8<<10))
+		}
+	})
+	warnLog := func(name string) zerolog.Logger {
+		return zerolog.New(&logs).Level(zerolog.WarnLevel).With().Str("service", name).Timestamp().Logger()
+	}
+	proc, err := processors.New(processors.Config{Brokers: brokers}, processors.WithLogger(warnLog("processors")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +105,7 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	var clusterSinks []*chsink.Sink
 	sink := func(group, addr, database, cluster string) func() {
 		s, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: addr, Database: database, Cluster: cluster, Group: group,
-			MaxAge: 200 * time.Millisecond, RetryMaxInterval: 500 * time.Millisecond}, chsink.WithLogger(zerolog.Nop()))
+			MaxAge: 200 * time.Millisecond, RetryMaxInterval: 500 * time.Millisecond}, chsink.WithLogger(warnLog("sink "+group+" "+addr)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,6 +190,9 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 			repaired += st.Repairs
 		}
 		settled = fmt.Sprintf("single sink's lag %d, cluster sinks' lag %d, summaries unverified %d, repaired %d", lagSingle, lagCluster, unverified, repaired)
+		if lagCluster > 0 {
+			settled += "; cluster sinks' lag by partition: " + lagByPartition(ctx, kc, "hf-sink-cluster")
+		}
 		if err := errors.Join(err1, err2); err != nil {
 			settled += " (" + err.Error() + ")"
 		}
@@ -392,4 +410,48 @@ func metricValues(t *testing.T, reg *prometheus.Registry, names ...string) strin
 		out = append(out, fmt.Sprintf("%s=%g", n, sum[n]))
 	}
 	return strings.Join(out, " ")
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers (the services'
+// loggers).
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// tail is the last n bytes written.
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	return s[max(0, len(s)-n):]
+}
+
+// lagByPartition names each partition of the sink's topics that group has
+// not committed to its end: topic/partition committed..end.
+func lagByPartition(ctx context.Context, kc *kafka.Client, group string) string {
+	ends, err := kafkax.EndOffsets(ctx, kc, chsink.DefaultTopics()...)
+	if err != nil {
+		return err.Error()
+	}
+	c, err := kafkax.Committed(ctx, kc, group, ends)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for topic, ps := range ends {
+		for id, end := range ps {
+			if got := c[topic][id]; got < end {
+				parts = append(parts, fmt.Sprintf("%s/%d %d..%d", topic, id, got, end))
+			}
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
