@@ -96,9 +96,9 @@ func TestCompose(t *testing.T) {
 		if got := s.counts(); got != want {
 			t.Fatalf("after the restart ClickHouse holds %+v, want %+v", got, want)
 		}
+		resent := s.query("clickhouse", "SELECT toString(now())")
 		s.send(events)
-		s.waitCounts(want, 5*time.Minute)
-		time.Sleep(10 * time.Second) // let a duplicate land, if any would
+		s.waitResent(resent, want, 5*time.Minute)
 		if got := s.counts(); got != want {
 			t.Fatalf("the campaign sent again: %+v, want %+v", got, want)
 		}
@@ -388,6 +388,29 @@ func (s *shape) counts() counts {
 		Samples:  n("SELECT count() FROM labeled_samples FINAL WHERE campaign_id = 'demo'"),
 		Rounds:   n("SELECT count() FROM round_metrics FINAL WHERE campaign_id = 'demo'"),
 		Cells:    n("SELECT count() FROM cells FINAL WHERE kind = 'finished' AND cell_id GLOBAL IN " + started),
+	}
+}
+
+// waitResent waits until the campaign sent again has landed: every
+// attempt and finished cell that FINAL keeps is the re-sent copy (a later
+// Kafka offset, so the higher _version), written at or after since (the
+// server's now() before the send, which the sink's _ingested_at follows).
+// Then a duplicate, if the pipeline made one, would be in the counts.
+func (s *shape) waitResent(since string, want counts, timeout time.Duration) {
+	s.t.Helper()
+	started := "(SELECT cell_id FROM cells FINAL WHERE kind = 'started' AND campaign_id = 'demo')"
+	q := "SELECT toString(count()) FROM task_attempts FINAL WHERE _ingested_at >= toDateTime('" + since + "') AND cell_id GLOBAL IN " + started
+	qc := "SELECT toString(count()) FROM cells FINAL WHERE kind = 'finished' AND _ingested_at >= toDateTime('" + since + "') AND cell_id GLOBAL IN " + started
+	deadline := time.Now().Add(timeout)
+	for {
+		a, c := s.query("clickhouse", q), s.query("clickhouse", qc)
+		if a == strconv.Itoa(want.Attempts) && c == strconv.Itoa(want.Cells) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the campaign sent again: %s attempts and %s finished cells re-written since %s after %s, want %d and %d", a, c, since, timeout, want.Attempts, want.Cells)
+		}
+		time.Sleep(3 * time.Second) // polling interval
 	}
 }
 

@@ -38,13 +38,13 @@ const verifyBatch = 5000
 
 // unverified is a cell awaiting verification.
 type unverified struct {
-	ids  []string // event ids of its latest insert
+	ids []string // event ids of its latest insert
 	// refused are attempt ids whose late_beyond_window dead letters were
 	// inserted and must be read (kept across newer inserts, capped).
 	refused []string
-	due  time.Time
-	wait time.Duration
-	seq  uint64 // order of arrival, for dropping the oldest past MaxUnverified
+	due     time.Time
+	wait    time.Duration
+	seq     uint64 // order of arrival, for dropping the oldest past MaxUnverified
 }
 
 // verifySet is the cells awaiting verification. Safe for concurrent use.
