@@ -135,10 +135,12 @@ func Cluster() OpenOption {
 	return func(s clickhouse.Settings) { s["insert_distributed_sync"] = 1 }
 }
 
-// Retryable reports whether err is worth retrying: network failures, timeouts
-// and a server that is shutting down or overloaded are; an error the server
-// returned about the query itself (syntax, unknown table or column, type
-// mismatch, unknown database) is not.
+// Retryable reports whether err is worth retrying: network failures, timeouts,
+// a server that is shutting down or overloaded, and on a cluster a replica
+// or ZooKeeper that is away (a Distributed query's connection to a restarted
+// node, a replicated table read-only while its ZooKeeper session is lost)
+// are; an error the server returned about the query itself (syntax, unknown
+// table or column, type mismatch, unknown database) is not.
 func Retryable(err error) bool {
 	if err == nil {
 		return false
@@ -149,15 +151,35 @@ func Retryable(err error) bool {
 	var ex *clickhouse.Exception
 	if errors.As(err, &ex) {
 		switch ex.Code {
-		case 159, // TIMEOUT_EXCEEDED
+		case 95, // CANNOT_READ_FROM_SOCKET
+			96,  // CANNOT_WRITE_TO_SOCKET
+			159, // TIMEOUT_EXCEEDED
 			202, // TOO_MANY_SIMULTANEOUS_QUERIES
+			203, // NO_FREE_CONNECTION
 			209, // SOCKET_TIMEOUT
 			210, // NETWORK_ERROR
+			225, // NO_ZOOKEEPER
 			241, // MEMORY_LIMIT_EXCEEDED
+			242, // TABLE_IS_READ_ONLY (a replica without its ZooKeeper session)
+			244, // UNEXPECTED_ZOOKEEPER_ERROR
 			252, // TOO_MANY_PARTS
+			254, // NO_ACTIVE_REPLICAS
+			265, // NO_AVAILABLE_REPLICA
+			279, // ALL_CONNECTION_TRIES_FAILED
+			285, // TOO_FEW_LIVE_REPLICAS
+			286, // UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE
 			319, // UNKNOWN_STATUS_OF_INSERT
-			425: // SYSTEM_ERROR
+			369, // ALL_REPLICAS_ARE_STALE
+			415, // ALL_REPLICAS_LOST
+			425, // SYSTEM_ERROR
+			999: // KEEPER_EXCEPTION
 			return true
+		case 3, 32: // UNEXPECTED_END_OF_FILE, ATTEMPT_TO_READ_AFTER_EOF
+			// From a peer's connection (a Distributed query reading a
+			// node that restarted: "while receiving packet from …") it
+			// is the network; from the data a client sent, the query's.
+			return strings.Contains(ex.Message, "while receiving packet from") ||
+				strings.Contains(ex.Message, "while reading from socket")
 		}
 		return false
 	}

@@ -22,6 +22,14 @@ func TestRetryable(t *testing.T) {
 		{errors.New("dial tcp 127.0.0.1:9000: connect: connection refused"), true},
 		{fmt.Errorf("send: %w", &clickhouse.Exception{Code: 60, Message: "Table doesn't exist"}), false},
 		{fmt.Errorf("send: %w", &clickhouse.Exception{Code: 252, Message: "Too many parts"}), true},
+		// A Distributed query whose pooled connection to a restarted
+		// replica was stale (seen in the cluster test after a SIGKILL).
+		{fmt.Errorf("recompute: %w", &clickhouse.Exception{Code: 32, Message: "Attempt to read after eof: while receiving packet from 127.0.0.1:41781"}), true},
+		// The same code about the data a client sent is the query's fault.
+		{fmt.Errorf("send: %w", &clickhouse.Exception{Code: 32, Message: "Attempt to read after eof"}), false},
+		{fmt.Errorf("send: %w", &clickhouse.Exception{Code: 279, Message: "All connection tries failed"}), true},
+		{fmt.Errorf("send: %w", &clickhouse.Exception{Code: 242, Message: "Table is in readonly mode"}), true},
+		{fmt.Errorf("send: %w", &clickhouse.Exception{Code: 999, Message: "Coordination::Exception: Connection loss"}), true},
 	}
 	for _, c := range cases {
 		if got := chx.Retryable(c.err); got != c.want {
