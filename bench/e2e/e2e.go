@@ -89,6 +89,10 @@ type Config struct {
 	CPUProfile io.Writer
 	// ProcessArgs, SinkArgs and TrainArgs are passed on to the children.
 	ProcessArgs, SinkArgs, TrainArgs []string
+	// LatencyOnly runs the latency phase alone (no RSS, throughput,
+	// ceilings, storm or peer): for side-by-side runs of a latency change
+	// (A B A B with different SinkArgs). Default: false.
+	LatencyOnly bool
 	// Command is recorded in the result. Default: "harnessflow bench e2e".
 	Command string
 	// Progress receives readable progress lines. Default: discarded.
@@ -258,6 +262,9 @@ type Latency struct {
 	PollMS     float64 `json:"poll_ms"`
 	MeanPollMS float64 `json:"mean_poll_ms"`
 	What       string  `json:"what"`
+	// CPU is the paced campaign's CPU budget, from its first emit until
+	// all of it was visible.
+	CPU *CPU `json:"cpu,omitempty"`
 }
 
 // RSS is the children's peak resident memory in MiB. The 1x and 10x
@@ -450,6 +457,18 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	// 1x size, 4 of them and then 40, through fresh children. The pace keeps
 	// the log-time windows of state (live cells, held finishes) the same in
 	// both, so the stream length is the one difference.
+	if cfg.LatencyOnly {
+		lat, err := b.latency(ctx)
+		if lat != nil {
+			res.Latency = *lat
+		}
+		res.Storm = Storm{Skipped: true}
+		res.Peer = Peer{Engine: "Kafka", Status: "skipped", Reason: "--latency-only"}
+		if err != nil {
+			return fmt.Errorf("latency phase: %w", err)
+		}
+		return nil
+	}
 	rp := planFor(chunk / 4)
 	b.pr("rss 1x: %d events in 4 campaigns of %d (%d agents x %d cells x %d rounds x %d tasks), paced at %d events/s",
 		4*rp.events, rp.events, rp.cfg.Agents, rp.cfg.Evolvers+1, rp.cfg.Rounds, rp.cfg.TasksPerRound, cfg.RSSRate)
@@ -484,10 +503,12 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 
 	// Latency at a fixed offered load.
 	lat, err := b.latency(ctx)
+	if lat != nil {
+		res.Latency = *lat
+	}
 	if err != nil {
 		return fmt.Errorf("latency phase: %w", err)
 	}
-	res.Latency = *lat
 
 	// Throughput: 10 chunks of the 1x width.
 	b.pr("throughput: %d events in 10 chunks of %d, through the Go SDK", 10*plan.events, plan.events)

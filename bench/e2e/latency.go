@@ -45,6 +45,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 		pollDone <- b.pollProbes(pctx, &mu, pending, &lat, &polls, &pollTime, emitted)
 	}()
 
+	cpu0 := b.cpuSnap()
 	t0 := time.Now()
 	attempts := 0
 	for i, r := range c.Records {
@@ -91,10 +92,16 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 		l.P50, l.P95, l.P99, l.Max, l.Samples, l.AchievedPerS, l.MeanPollMS)
 	// Let the rest of the campaign (samples, round metrics) land before the
 	// next phase.
+	// The CPU budget covers the paced load until all of it is visible:
+	// what the pipeline spent per event at this load (bench/README.md,
+	// issue 41: ClickHouse's CPU per event as the flush policy changes).
 	ph := &Phase{Expected: expected(c)}
-	if _, err := b.wait(ctx, "lat", ph, t0, 500*time.Millisecond); err != nil {
+	cpu1, err := b.wait(ctx, "lat", ph, t0, 500*time.Millisecond)
+	if err != nil {
 		return l, err
 	}
+	l.CPU = cpuBudget(cpu0, cpu1, len(c.Records))
+	b.pr("latency: cpu: %s", l.CPU)
 	return l, nil
 }
 

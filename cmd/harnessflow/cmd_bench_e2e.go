@@ -102,6 +102,10 @@ It prints a table and writes --out (JSON). It exits 1 when an assertion failed
 	f.BoolVar(&cfg.Keep, "keep", false, "keep --dir (data and the children's logs) after the run")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", d.PhaseTimeout, "give up when a phase's rows are not all visible after this long (also: no progress for 1 min with the processors caught up, or 3 min)")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of this process (SDK producer, embedded broker) over the throughput phase to this file (go tool pprof); the children serve theirs with HF_PPROF=1")
+	f.BoolVar(&cfg.LatencyOnly, "latency-only", false, "run the latency phase alone (no RSS, throughput, ceilings, storm or peer), with its CPU budget: for A B A B runs of a latency change")
+	f.StringArrayVar(&cfg.ProcessArgs, "process-arg", nil, "an argument appended to the processors child's command line (repeat the flag for more)")
+	f.StringArrayVar(&cfg.SinkArgs, "sink-arg", nil, "an argument appended to the sink child's command line, e.g. --sink-arg=--max-age=1s (repeat the flag for more)")
+	f.StringArrayVar(&cfg.TrainArgs, "train-arg", nil, "an argument appended to the trainer child's command line (repeat the flag for more)")
 	f.StringVar(&out, "out", "bench/results/e2e.json", "write the results as JSON here (empty: do not write)")
 	return cmd
 }
@@ -119,6 +123,9 @@ func printE2E(w io.Writer, r *e2e.Result) {
 		r.E2EEventsPerS, r.Throughput.ProcessedS, r.Throughput.RawVisibleS, r.Throughput.VisibleS)
 	row("latency p50 / p95 / p99 / max", "%.0f / %.0f / %.0f / %.0f ms  (%d samples at %.0f events/s, poll %.0f ms)",
 		r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Latency.Samples, r.Latency.AchievedPerS, r.Latency.MeanPollMS)
+	if c := r.Latency.CPU; c != nil {
+		row("cpu of the latency run", "%s", c)
+	}
 	if c := r.Throughput.CPU; c != nil {
 		row("cpu of the throughput run", "%s", c)
 	}

@@ -25,7 +25,7 @@ func init() { register(newSinkCmd) }
 func newSinkCmd() *cobra.Command {
 	var brokers, addr, database, group, listen, cluster string
 	var maxRows, maxBytes int
-	var maxAge, verifyDelay time.Duration
+	var maxAge, minAge, recomputeEvery, verifyDelay time.Duration
 	var recomputeWorkers int
 	var schemaRegistry string
 	cmd := &cobra.Command{
@@ -60,7 +60,7 @@ the sink uses the first that answers.`,
 			reg := obs.NewRegistry()
 			s, err := chsink.New(chsink.Config{
 				Brokers: kafkax.ParseBrokers(brokers), ClickHouse: addr, Database: database, Cluster: cluster, Group: group,
-				MaxRows: maxRows, MaxBytes: maxBytes, MaxAge: maxAge,
+				MaxRows: maxRows, MaxBytes: maxBytes, MaxAge: maxAge, MinAge: minAge, RecomputeEvery: recomputeEvery,
 				RecomputeWorkers: recomputeWorkers, VerifyDelay: verifyDelay, SchemaRegistry: schemaRegistry,
 			}, chsink.WithLogger(log), chsink.WithRegisterer(reg))
 			if err != nil {
@@ -94,7 +94,9 @@ the sink uses the first that answers.`,
 	cmd.Flags().StringVar(&listen, "listen", obs.DefaultListen, "host:port for /metrics, /healthz and /readyz")
 	cmd.Flags().IntVar(&maxRows, "max-rows", d.MaxRows, "rows per insert at most (per table)")
 	cmd.Flags().IntVar(&maxBytes, "max-bytes", d.MaxBytes, "message bytes per insert at most (per table)")
-	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old")
+	cmd.Flags().DurationVar(&maxAge, "max-age", d.MaxAge, "flush a table's rows when the oldest is this old (the backstop of a sink that never catches up)")
+	cmd.Flags().DurationVar(&minAge, "min-age", d.MinAge, "once the sink has read everything there is (every partition at its high watermark), flush a table's rows when the oldest is this old; negative: off (--max-age alone)")
+	cmd.Flags().DurationVar(&recomputeEvery, "recompute-every", d.RecomputeEvery, "least time between two recomputations of one project's cell_scores (the attempts inserted meanwhile are summarized together); negative: none")
 	cmd.Flags().IntVar(&recomputeWorkers, "recompute-workers", d.RecomputeWorkers, "projects whose cell_scores are recomputed at once (one project per worker: a project with huge cells delays the others only while this many such projects recompute)")
 	cmd.Flags().StringVar(&schemaRegistry, "schema-registry", "", schemaRegistryUsage)
 	cmd.Flags().DurationVar(&verifyDelay, "verify-delay", d.VerifyDelay, "with --cluster: check recomputed cell_scores against their attempts this long after, and repair those a replica's lag left short (doubling waits up to 30s)")

@@ -64,6 +64,7 @@ func (s *Sink) add(ctx context.Context, m kafka.Message) (bool, error) {
 	if _, ok := s.first[k]; !ok {
 		s.first[k] = m.Offset
 	}
+	s.noteBehind(k, m)
 	md := meta{topic: m.Topic, partition: int32(m.Partition), offset: m.Offset}
 	var t *table
 	if err == nil {
@@ -128,18 +129,43 @@ func (s *Sink) decode(ctx context.Context, m kafka.Message) (schemas.Event, erro
 	return ev, derr
 }
 
+// noteBehind records how far m's partition is from its high watermark
+// after m (kafka-go stamps each message with its fetch's watermark; 0 when
+// unknown, which counts as caught up).
+func (s *Sink) noteBehind(k tp, m kafka.Message) {
+	n := max(m.HighWaterMark-(m.Offset+1), 0)
+	if m.HighWaterMark == 0 {
+		n = 0
+	}
+	old := s.behind[k]
+	if (old > 0) != (n > 0) {
+		if n > 0 {
+			s.lagging++
+		} else {
+			s.lagging--
+		}
+	}
+	s.behind[k] = n
+}
+
 // flushDue inserts every table whose buffer is full or old enough (all of
 // them when all is set, or when the total bound is reached: the largest
-// first), then commits what became safe to commit.
-func (s *Sink) flushDue(ctx context.Context, r *kafka.Reader, all bool) error {
+// first), then commits what became safe to commit. Old enough is MaxAge,
+// or MinAge when dry: the fetcher has nothing queued and every partition
+// is read up to its high watermark.
+func (s *Sink) flushDue(ctx context.Context, r *kafka.Reader, all, dry bool) error {
 	now := time.Now()
 	flushed := false
+	age := s.cfg.MaxAge
+	if dry && s.lagging == 0 && s.cfg.MinAge > 0 && s.cfg.MinAge < age {
+		age = s.cfg.MinAge
+	}
 	for _, t := range tables {
 		b := s.bufs[t]
 		if b == nil || len(b.rows) == 0 {
 			continue
 		}
-		if all || len(b.rows) >= s.cfg.MaxRows || b.bytes >= s.cfg.MaxBytes || now.Sub(b.first) >= s.cfg.MaxAge {
+		if all || len(b.rows) >= s.cfg.MaxRows || b.bytes >= s.cfg.MaxBytes || now.Sub(b.first) >= age {
 			if err := s.flush(ctx, t, b); err != nil {
 				return err
 			}

@@ -39,9 +39,22 @@ type Config struct {
 	// MaxBytes flushes a table's buffer at this many message bytes.
 	// Default: 16 MiB.
 	MaxBytes int
-	// MaxAge flushes a table's buffer when its oldest row is this old.
-	// Default: 1s.
+	// MaxAge flushes a table's buffer when its oldest row is this old:
+	// the backstop of a sink that is never caught up. Default: 1s.
 	MaxAge time.Duration
+	// MinAge flushes a table's buffer once its oldest row is this old when
+	// the sink has read everything there is: the fetcher has nothing
+	// queued and every partition read so far is at its high watermark (a
+	// paced stream is visible in about MinAge, a backlog is inserted in
+	// full batches). Default: 250ms; negative: off (MaxAge alone).
+	MinAge time.Duration
+	// RecomputeEvery is the least time between two recomputations of one
+	// project's cell_scores: the parts inserted meanwhile wait and are
+	// recomputed together. A recomputation reads every attempt of its
+	// cells, so its cost grows with them, not with the rows inserted; this
+	// keeps its share of ClickHouse's work apart from how often rows are
+	// flushed. Default: 1s; negative: none.
+	RecomputeEvery time.Duration
 	// MaxBufferedRows bounds the rows buffered over all tables; past it the
 	// largest buffer is flushed before more is read. Batches handed to the
 	// inserters (at most Inserters in flight and one queued) are not counted.
@@ -129,6 +142,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxAge == 0 {
 		c.MaxAge = time.Second
+	}
+	if c.MinAge == 0 {
+		c.MinAge = 250 * time.Millisecond
+	}
+	if c.RecomputeEvery == 0 {
+		c.RecomputeEvery = time.Second
 	}
 	if c.MaxBufferedRows == 0 {
 		c.MaxBufferedRows = 4 * c.MaxRows

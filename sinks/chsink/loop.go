@@ -93,7 +93,7 @@ func (s *Sink) startWorkers() (stop func()) {
 // commits what the workers finished. It returns nil when ctx ends, and the
 // error of the fetcher, a worker, a flush or a commit otherwise.
 func (s *Sink) consume(ctx context.Context, r *kafka.Reader, msgs <-chan kafka.Message, fetchErr <-chan error) error {
-	tick := time.NewTicker(tickEvery(s.cfg.MaxAge))
+	tick := time.NewTicker(tickEvery(s.cfg.MaxAge, s.cfg.MinAge))
 	defer tick.Stop()
 	for {
 		select {
@@ -115,14 +115,14 @@ func (s *Sink) consume(ctx context.Context, r *kafka.Reader, msgs <-chan kafka.M
 			if err != nil {
 				return err
 			}
-			if err := s.flushDue(ctx, r, false); err != nil {
+			if err := s.flushDue(ctx, r, false, len(msgs) == 0); err != nil {
 				return err
 			}
 			if closed {
 				return fetcherEnded(fetchErr)
 			}
 		case <-tick.C:
-			if err := s.flushDue(ctx, r, false); err != nil {
+			if err := s.flushDue(ctx, r, false, len(msgs) == 0); err != nil {
 				return err
 			}
 		}
@@ -159,7 +159,7 @@ func (s *Sink) addBurst(ctx context.Context, m kafka.Message, msgs <-chan kafka.
 func (s *Sink) drain(r *kafka.Reader) error {
 	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
-	if err := s.flushDue(dctx, r, true); err != nil {
+	if err := s.flushDue(dctx, r, true, false); err != nil {
 		return fmt.Errorf("drain (uncommitted rows will be redelivered): %w", err)
 	}
 	for s.pruneAwaiting(); len(s.awaiting) > 0; s.pruneAwaiting() {
@@ -194,7 +194,12 @@ func fetcherEnded(fetchErr <-chan error) error {
 	}
 }
 
-func tickEvery(maxAge time.Duration) time.Duration {
+// tickEvery is the period at which the loop checks the buffers' ages: a
+// quarter of the shorter of MaxAge and MinAge (MinAge when it is on).
+func tickEvery(maxAge, minAge time.Duration) time.Duration {
+	if minAge > 0 && minAge < maxAge {
+		maxAge = minAge
+	}
 	d := maxAge / 4
 	if d < 5*time.Millisecond {
 		d = 5 * time.Millisecond

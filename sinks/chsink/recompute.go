@@ -101,6 +101,9 @@ type recomputeQueue struct {
 	closed   bool
 	cells    int // queued cells (with repeats across parts)
 	busy     int // workers recomputing
+	// last is when each project's latest pass ended (Config.RecomputeEvery),
+	// for the projects recomputed within the last lastKeep.
+	last map[string]time.Time
 
 	// slots bounds the jobs awaiting recomputation (maxRecomputeJobs).
 	slots chan struct{}
@@ -115,7 +118,7 @@ type projectQueue struct {
 }
 
 func newRecomputeQueue() *recomputeQueue {
-	q := &recomputeQueue{projects: map[string]*projectQueue{}, slots: make(chan struct{}, maxRecomputeJobs)}
+	q := &recomputeQueue{projects: map[string]*projectQueue{}, last: map[string]time.Time{}, slots: make(chan struct{}, maxRecomputeJobs)}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -179,11 +182,31 @@ func (q *recomputeQueue) takeLocked(pq *projectQueue) []*part {
 	return parts
 }
 
+// lastKeep is how long the end of a project's pass is remembered: longer
+// than any RecomputeEvery worth setting.
+const lastKeep = 10 * time.Minute
+
+// lastPass returns when project's latest pass ended (zero: none lately).
+func (q *recomputeQueue) lastPass(project string) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.last[project]
+}
+
 // finish ends a worker's pass on project: the project is ready again if
 // parts were queued meanwhile, and forgotten otherwise.
 func (q *recomputeQueue) finish(project string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	now := time.Now()
+	q.last[project] = now
+	if len(q.last) > 4096 {
+		for p, t := range q.last {
+			if now.Sub(t) > lastKeep {
+				delete(q.last, p)
+			}
+		}
+	}
 	pq := q.projects[project]
 	pq.busy = false
 	q.busy--
@@ -263,9 +286,21 @@ func (s *Sink) recomputeWorker(ctx context.Context, cs CellScorer, q *recomputeQ
 			q.finish(project)
 			continue
 		}
-		// Coalesce: while inserts are still in flight (a sustained load),
-		// wait for them, up to MaxAge, so that one recomputation covers
-		// several inserts instead of competing with each of them.
+		// Coalesce: a project is recomputed at most once per
+		// RecomputeEvery (the parts queued meanwhile join this pass),
+		// and while inserts are still in flight (a sustained load) the
+		// pass waits for them, up to MaxAge, so that one recomputation
+		// covers several inserts instead of competing with each of them.
+		if last := q.lastPass(project); s.cfg.RecomputeEvery > 0 && !last.IsZero() {
+			if d := time.Until(last.Add(s.cfg.RecomputeEvery)); d > 0 {
+				wait := time.NewTimer(d)
+				select {
+				case <-wait.C:
+				case <-ctx.Done():
+				}
+				wait.Stop()
+			}
+		}
 		if idle := s.inflight.Idle(); s.inflight.Load() > 0 {
 			wait := time.NewTimer(s.cfg.MaxAge)
 			select {

@@ -62,7 +62,7 @@ func projectAttempts(project string, cells []string, from, n int) []schemas.Even
 }
 
 // uncommitted returns the partitions of topic whose group offset is below
-// their end.
+// their end (empty partitions are not).
 func uncommitted(t *testing.T, brokers []string, group, topic string) []int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -89,7 +89,8 @@ func uncommitted(t *testing.T, brokers []string, group, topic string) []int {
 	var out []int
 	for _, p := range ends.Topics[topic] {
 		for _, c := range committed.Topics[topic] {
-			if c.Partition == p.Partition && c.CommittedOffset < p.LastOffset {
+			// An empty partition (end 0) has nothing to commit.
+			if c.Partition == p.Partition && p.LastOffset > 0 && c.CommittedOffset < p.LastOffset {
 				out = append(out, p.Partition)
 			}
 		}

@@ -75,6 +75,12 @@ type Sink struct {
 	first     map[tp]int64 // first offset read per partition
 	committed map[tp]int64 // highest offset committed per partition
 	awaiting  []*job       // handed to the inserter, not done yet, in order
+	// behind is, per partition read, how many messages its last fetch
+	// left unread (high watermark − next offset), and lagging how many of
+	// them are behind: with none and nothing queued by the fetcher the
+	// sink has read everything there is (Config.MinAge).
+	behind  map[tp]int64
+	lagging int
 
 	// The workers (inserters, recompute workers): jobs in, done flags, a
 	// note on progress and the first error of each out.
@@ -130,7 +136,7 @@ type Stats struct {
 // New checks cfg and returns a Sink; it connects to nothing until Run.
 func New(cfg Config, opts ...Option) (*Sink, error) {
 	cfg.setDefaults()
-	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, first: map[tp]int64{}, committed: map[tp]int64{}, ready: make(chan struct{})}
+	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, first: map[tp]int64{}, committed: map[tp]int64{}, behind: map[tp]int64{}, ready: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -242,6 +248,7 @@ func (e *startError) Unwrap() error { return e.err }
 func (s *Sink) reset() {
 	s.bufs, s.buffered = map[*table]*buffer{}, 0
 	s.fetched, s.first, s.committed = map[tp]int64{}, map[tp]int64{}, map[tp]int64{}
+	s.behind, s.lagging = map[tp]int64{}, 0
 	s.awaiting = nil
 	s.failed.Store(false)
 	s.inflight.Reset()
