@@ -146,6 +146,24 @@ func (s *Sink) noteBehind(k tp, m kafka.Message) {
 		}
 	}
 	s.behind[k] = n
+	if n > 0 {
+		s.behindAt[k] = time.Now()
+	} else if old > 0 {
+		delete(s.behindAt, k)
+	}
+}
+
+// forgetStale stops counting the partitions behind that were not read for
+// MaxAge (now): revoked, or read by a fetcher that is not keeping up, where
+// flushing at MinAge is harmless.
+func (s *Sink) forgetStale(now time.Time) {
+	for k, at := range s.behindAt {
+		if now.Sub(at) > s.cfg.MaxAge {
+			delete(s.behindAt, k)
+			s.behind[k] = 0
+			s.lagging--
+		}
+	}
 }
 
 // flushDue inserts every table whose buffer is full or old enough (all of
@@ -157,6 +175,9 @@ func (s *Sink) flushDue(ctx context.Context, r *kafka.Reader, all, dry bool) err
 	now := time.Now()
 	flushed := false
 	age := s.cfg.MaxAge
+	if dry && s.lagging > 0 {
+		s.forgetStale(now)
+	}
 	if dry && s.lagging == 0 && s.cfg.MinAge > 0 && s.cfg.MinAge < age {
 		age = s.cfg.MinAge
 	}

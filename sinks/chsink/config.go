@@ -46,14 +46,16 @@ type Config struct {
 	// the sink has read everything there is: the fetcher has nothing
 	// queued and every partition read so far is at its high watermark (a
 	// paced stream is visible in about MinAge, a backlog is inserted in
-	// full batches). Default: 250ms; negative: off (MaxAge alone).
+	// full batches). Default (0): 250ms; negative, or not below MaxAge:
+	// off (MaxAge alone).
 	MinAge time.Duration
 	// RecomputeEvery is the least time between two recomputations of one
 	// project's cell_scores: the parts inserted meanwhile wait and are
 	// recomputed together. A recomputation reads every attempt of its
 	// cells, so its cost grows with them, not with the rows inserted; this
 	// keeps its share of ClickHouse's work apart from how often rows are
-	// flushed. Default: 1s; negative: none.
+	// flushed. A stopping sink's drain recomputes at once. Default (0):
+	// 1s; negative: none.
 	RecomputeEvery time.Duration
 	// MaxBufferedRows bounds the rows buffered over all tables; past it the
 	// largest buffer is flushed before more is read. Batches handed to the

@@ -59,7 +59,7 @@ func (s *Sink) startWorkers() (stop func()) {
 	s.verifying = canVerify && cs != nil && s.cfg.Cluster != ""
 	var rq *recomputeQueue
 	if cs != nil {
-		rq = newRecomputeQueue()
+		rq = newRecomputeQueue(s.cfg.RecomputeEvery)
 		s.rq.Store(rq)
 	}
 	for i := 0; i < max(1, s.cfg.Inserters); i++ {
@@ -159,6 +159,9 @@ func (s *Sink) addBurst(ctx context.Context, m kafka.Message, msgs <-chan kafka.
 func (s *Sink) drain(r *kafka.Reader) error {
 	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
+	if q := s.rq.Load(); q != nil {
+		q.drain() // its passes run at once, not RecomputeEvery apart
+	}
 	if err := s.flushDue(dctx, r, true, false); err != nil {
 		return fmt.Errorf("drain (uncommitted rows will be redelivered): %w", err)
 	}

@@ -101,9 +101,12 @@ type recomputeQueue struct {
 	closed   bool
 	cells    int // queued cells (with repeats across parts)
 	busy     int // workers recomputing
-	// last is when each project's latest pass ended (Config.RecomputeEvery),
-	// for the projects recomputed within the last lastKeep.
-	last map[string]time.Time
+	// every is Config.RecomputeEvery: a project is taken at most once per
+	// every after its previous pass ended (last), unless draining.
+	every    time.Duration
+	last     map[string]time.Time
+	draining bool
+	swept    time.Time // when last was last swept of entries past lastKeep
 
 	// slots bounds the jobs awaiting recomputation (maxRecomputeJobs).
 	slots chan struct{}
@@ -117,8 +120,8 @@ type projectQueue struct {
 	since time.Time // when the oldest part not done was queued (zero: none)
 }
 
-func newRecomputeQueue() *recomputeQueue {
-	q := &recomputeQueue{projects: map[string]*projectQueue{}, last: map[string]time.Time{}, slots: make(chan struct{}, maxRecomputeJobs)}
+func newRecomputeQueue(every time.Duration) *recomputeQueue {
+	q := &recomputeQueue{projects: map[string]*projectQueue{}, every: every, last: map[string]time.Time{}, slots: make(chan struct{}, maxRecomputeJobs)}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -146,24 +149,67 @@ func (q *recomputeQueue) push(parts []*part, now time.Time) {
 	q.cond.Broadcast()
 }
 
-// take waits for a ready project, marks it busy and returns its queued
-// parts; ok is false once the queue is closed.
+// take waits for a ready project that is due (its previous pass ended
+// RecomputeEvery ago or more, or the sink is draining), marks it busy and
+// returns its queued parts; ok is false once the queue is closed. A project
+// not due yet waits in its place while due ones are taken: one project's
+// spacing holds no worker.
 func (q *recomputeQueue) take() (project string, parts []*part, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.ready) == 0 && !q.closed {
+	for {
+		if q.closed {
+			return "", nil, false
+		}
+		now := time.Now()
+		var wake time.Time
+		for i, p := range q.ready {
+			due := q.dueLocked(p)
+			if due.After(now) {
+				if wake.IsZero() || due.Before(wake) {
+					wake = due
+				}
+				continue
+			}
+			q.ready = append(q.ready[:i], q.ready[i+1:]...)
+			pq := q.projects[p]
+			pq.busy = true
+			q.busy++
+			return p, q.takeLocked(pq), true
+		}
+		if wake.IsZero() {
+			q.cond.Wait()
+			continue
+		}
+		t := time.AfterFunc(wake.Sub(now), func() {
+			q.mu.Lock()
+			q.cond.Broadcast()
+			q.mu.Unlock()
+		})
 		q.cond.Wait()
+		t.Stop()
 	}
-	if q.closed {
-		return "", nil, false
+}
+
+// dueLocked is when project may be recomputed next (zero: now).
+func (q *recomputeQueue) dueLocked(project string) time.Time {
+	if q.draining || q.every <= 0 {
+		return time.Time{}
 	}
-	project = q.ready[0]
-	q.ready[0] = ""
-	q.ready = q.ready[1:]
-	pq := q.projects[project]
-	pq.busy = true
-	q.busy++
-	return project, q.takeLocked(pq), true
+	last, ok := q.last[project]
+	if !ok {
+		return time.Time{}
+	}
+	return last.Add(q.every)
+}
+
+// drain makes every queued project due at once: the sink is stopping and
+// its drain waits for their passes.
+func (q *recomputeQueue) drain() {
+	q.mu.Lock()
+	q.draining = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
 }
 
 // more returns the parts queued for project, busy, since its last take.
@@ -186,13 +232,6 @@ func (q *recomputeQueue) takeLocked(pq *projectQueue) []*part {
 // than any RecomputeEvery worth setting.
 const lastKeep = 10 * time.Minute
 
-// lastPass returns when project's latest pass ended (zero: none lately).
-func (q *recomputeQueue) lastPass(project string) time.Time {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.last[project]
-}
-
 // finish ends a worker's pass on project: the project is ready again if
 // parts were queued meanwhile, and forgotten otherwise.
 func (q *recomputeQueue) finish(project string) {
@@ -200,7 +239,8 @@ func (q *recomputeQueue) finish(project string) {
 	defer q.mu.Unlock()
 	now := time.Now()
 	q.last[project] = now
-	if len(q.last) > 4096 {
+	if len(q.last) > 4096 && now.Sub(q.swept) > time.Minute {
+		q.swept = now
 		for p, t := range q.last {
 			if now.Sub(t) > lastKeep {
 				delete(q.last, p)
@@ -213,7 +253,7 @@ func (q *recomputeQueue) finish(project string) {
 	if len(pq.parts) > 0 {
 		pq.since = pq.parts[0].queued
 		q.ready = append(q.ready, project)
-		q.cond.Signal()
+		q.cond.Broadcast()
 		return
 	}
 	delete(q.projects, project)
@@ -286,21 +326,11 @@ func (s *Sink) recomputeWorker(ctx context.Context, cs CellScorer, q *recomputeQ
 			q.finish(project)
 			continue
 		}
-		// Coalesce: a project is recomputed at most once per
-		// RecomputeEvery (the parts queued meanwhile join this pass),
-		// and while inserts are still in flight (a sustained load) the
-		// pass waits for them, up to MaxAge, so that one recomputation
-		// covers several inserts instead of competing with each of them.
-		if last := q.lastPass(project); s.cfg.RecomputeEvery > 0 && !last.IsZero() {
-			if d := time.Until(last.Add(s.cfg.RecomputeEvery)); d > 0 {
-				wait := time.NewTimer(d)
-				select {
-				case <-wait.C:
-				case <-ctx.Done():
-				}
-				wait.Stop()
-			}
-		}
+		// Coalesce: a project is taken at most once per RecomputeEvery
+		// (take; the parts queued meanwhile join this pass), and while
+		// inserts are still in flight (a sustained load) the pass waits
+		// for them, up to MaxAge, so that one recomputation covers
+		// several inserts instead of competing with each of them.
 		if idle := s.inflight.Idle(); s.inflight.Load() > 0 {
 			wait := time.NewTimer(s.cfg.MaxAge)
 			select {

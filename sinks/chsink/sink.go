@@ -81,6 +81,10 @@ type Sink struct {
 	// sink has read everything there is (Config.MinAge).
 	behind  map[tp]int64
 	lagging int
+	// behindAt is when a partition was last read while behind: one not
+	// read for MaxAge no longer counts (revoked by a rebalance, which the
+	// sink does not see).
+	behindAt map[tp]time.Time
 
 	// The workers (inserters, recompute workers): jobs in, done flags, a
 	// note on progress and the first error of each out.
@@ -136,7 +140,7 @@ type Stats struct {
 // New checks cfg and returns a Sink; it connects to nothing until Run.
 func New(cfg Config, opts ...Option) (*Sink, error) {
 	cfg.setDefaults()
-	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, first: map[tp]int64{}, committed: map[tp]int64{}, behind: map[tp]int64{}, ready: make(chan struct{})}
+	s := &Sink{log: zerolog.Nop(), bufs: map[*table]*buffer{}, fetched: map[tp]int64{}, first: map[tp]int64{}, committed: map[tp]int64{}, behind: map[tp]int64{}, behindAt: map[tp]time.Time{}, ready: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -248,7 +252,7 @@ func (e *startError) Unwrap() error { return e.err }
 func (s *Sink) reset() {
 	s.bufs, s.buffered = map[*table]*buffer{}, 0
 	s.fetched, s.first, s.committed = map[tp]int64{}, map[tp]int64{}, map[tp]int64{}
-	s.behind, s.lagging = map[tp]int64{}, 0
+	s.behind, s.lagging, s.behindAt = map[tp]int64{}, 0, map[tp]time.Time{}
 	s.awaiting = nil
 	s.failed.Store(false)
 	s.inflight.Reset()
@@ -277,7 +281,8 @@ func (s *Sink) runOnce(ctx context.Context) error {
 	s.dlq = kafkax.NewWriter(kafkax.WriterConfig{Brokers: s.cfg.Brokers, Topic: schemas.TopicDLQ, BatchSize: 1})
 	defer s.dlq.Close()
 	s.log.Info().Strs("topics", s.cfg.Topics).Str("group", s.cfg.Group).Str("database", s.cfg.Database).
-		Int("max_rows", s.cfg.MaxRows).Int("max_bytes", s.cfg.MaxBytes).Dur("max_age", s.cfg.MaxAge).Msg("sink started")
+		Int("max_rows", s.cfg.MaxRows).Int("max_bytes", s.cfg.MaxBytes).Dur("max_age", s.cfg.MaxAge).
+		Dur("min_age", s.cfg.MinAge).Dur("recompute_every", s.cfg.RecomputeEvery).Msg("sink started")
 	s.readyOnce.Do(func() { close(s.ready) })
 
 	// The fetcher owns the reader's FetchMessage; the loop (consume) owns
