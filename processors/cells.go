@@ -375,6 +375,9 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink, now time.Ti
 		return
 	}
 	c.m.admitted.Inc()
+	if cs.finished && t != schemas.TypeCellFinished {
+		c.m.afterFinish.Observe(max(m.ts.Sub(cs.finishedLog), 0).Seconds())
+	}
 	v := m.outcomeValue()
 	out.addOutcome(cs.key, v, m.ts, c.cfg.OutcomeBatch)
 	out.admitted = append(out.admitted, evEntry{value: v, ev: m.ev})

@@ -123,8 +123,10 @@ type Config struct {
 	// events and judgments that reach the log late (a producer's retries, a
 	// sibling topic's head stamped later by another producer) are still
 	// admitted before the finish, so a last-round update keeps its sample.
-	// It holds only that cell's finish, never the partition. Negative
-	// disables it. Default: 5s.
+	// It holds only that cell's finish, never the partition. An event
+	// that comes later still counts: it re-emits the cell's figures under
+	// the same ids (hf_process_after_finish_seconds shows how late they
+	// come). Negative disables it. Default: 1s.
 	FinishHold time.Duration
 	// SessionTimeout is the consumer-group session timeout. Default: 10s.
 	SessionTimeout time.Duration
@@ -223,7 +225,7 @@ func (c *Config) setDefaults() {
 		c.MergeIdle = DefaultMergeIdle
 	}
 	if c.FinishHold == 0 {
-		c.FinishHold = 5 * time.Second
+		c.FinishHold = time.Second
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 10 * time.Second

@@ -30,6 +30,10 @@ type metrics struct {
 	// registryErrors counts fetches whose Confluent-framed messages could
 	// not be decoded because the schema registry could not be asked.
 	registryErrors prometheus.Counter
+	// afterFinish is, for each event admitted after its cell's
+	// cell_finished, how late it came on the log clock: the tail that
+	// Config.FinishHold did not cover (each re-emits its cell's figures).
+	afterFinish prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -78,13 +82,16 @@ func newMetrics() *metrics {
 			Help: "Fetchers of the campaign declarations (hf.campaigns) that failed past their retry budget (a broker outage) and were started again from where they stopped; the stages' partitions count theirs in hf_process_rebuilds_total."}, []string{"topic"}),
 		registryErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "hf_process_schema_registry_errors_total",
 			Help: "Fetches read again because a Confluent-framed message's schema id could not be resolved: the schema registry (--schema-registry) was unreachable or failed. Nothing is dead-lettered for it."}),
+		afterFinish: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hf_process_after_finish_seconds",
+			Help:    "Events admitted after their cell's cell_finished: how much later they reached the log (log time after the finish's). Each one re-emits its cell's labeled samples and round metrics; a tail beyond --finish-hold says to raise it.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600}}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.eventsIn, m.admitted, m.rejectedBy, m.duplicates, m.samples,
 		m.roundMetrics, m.pending, m.stateCells, m.statePairers, m.commitLag, m.evictedCells, m.evictedPairs, m.agedOutCells, m.agedOutPairs,
-		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs, m.fetchGaveUp, m.registryErrors} {
+		m.encodeErrors, m.droppedOrphan, m.rebuilds, m.writeRetries, m.fetches, m.fetchedRecs, m.fetchGaveUp, m.registryErrors, m.afterFinish} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/harnessflow/harnessflow/producers/gen"
@@ -202,8 +203,9 @@ func TestFinishWaitsForLateUpdate(t *testing.T) {
 	if len(trailing) == 0 || len(trailing) == len(want) {
 		t.Fatalf("campaign has %d trailing updates: the test needs some, not all", len(trailing))
 	}
-	for _, hold := range []time.Duration{0, -1} {
-		got := feedAll(newLocal(t, Config{MinPairs: 2, FinishHold: hold}), moved, time.Now())
+	for _, hold := range []time.Duration{0, -1, time.Hour} {
+		l := newLocal(t, Config{MinPairs: 2, FinishHold: hold})
+		got := feedAll(l, moved, time.Now())
 		missing := lateDiff(t, want, got, trailing)
 		// With the hold off, the updates reach the Pairer after the
 		// cell_finished: late, they still yield their samples (issue 42:
@@ -211,7 +213,28 @@ func TestFinishWaitsForLateUpdate(t *testing.T) {
 		if missing != 0 {
 			t.Errorf("finish hold %v: %d trailing updates lost their sample, want 0", hold, missing)
 		}
+		// hf_process_after_finish_seconds counts the events admitted after
+		// their cell's finish: the hold's uncovered tail.
+		after := histogramCount(t, l.a.m.afterFinish)
+		switch {
+		case hold < 0 && after == 0:
+			t.Errorf("finish hold off: no event counted after its cell's finish, want the late updates")
+		case hold == time.Hour && after != 0:
+			t.Errorf("finish hold 1h: %d events counted after their cell's finish, want 0 (the hold covers them)", after)
+		}
 	}
+}
+
+// histogramCount is the number of observations of h.
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 {
+		t.Fatalf("gather: %v (%d families)", err, len(mfs))
+	}
+	return mfs[0].GetMetric()[0].GetHistogram().GetSampleCount()
 }
 
 // lateDiff compares a derived set with the in-order one: no dead letters,
