@@ -26,9 +26,12 @@ import (
 // byte-identical) from TSV files into twin tables.
 func (b *bench) ceilings(ctx context.Context, p plan, events int) (*Ceilings, error) {
 	c := &Ceilings{}
+	var notes []string
+	self := os.Getpid()
 	b.pr("ceiling: kafka-go group reader over %s, %d messages from offset 0", strings.Join(processors.CellTopics, ","), events)
 	r := kafka.NewReader(kafkax.ReaderConfig(b.cl.Brokers(), b.run+"-ceiling-read", processors.CellTopics...))
 	t0 := time.Now()
+	cpu0 := usage(self, &notes)
 	var n int64
 	for ; n < int64(events); n++ {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -40,6 +43,7 @@ func (b *bench) ceilings(ctx context.Context, p plan, events int) (*Ceilings, er
 		}
 	}
 	secs := time.Since(t0).Seconds()
+	c.readCPU = usage(self, &notes) - cpu0
 	r.Close()
 	c.KafkaReadEvents = n
 	c.KafkaReadEventsPerS = float64(n) / secs
@@ -93,16 +97,23 @@ func (b *bench) ceilings(ctx context.Context, p plan, events int) (*Ceilings, er
 	}
 	sort.Strings(tables)
 	var total float64
+	srv0 := usage(b.cl.ClickHousePid(), &notes)
 	for _, t := range tables {
 		files[t].Close()
-		s, err := TimeClient(ctx, client, pre, host, port, files[t].Name(),
+		s, cpu, err := RunClient(ctx, client, pre, host, port, files[t].Name(),
 			"INSERT INTO "+chddl.QuoteIdent(db)+"."+chddl.QuoteIdent(t)+" ("+strings.Join(colsOf[t], ", ")+") FORMAT TabSeparated")
 		if err != nil {
 			return nil, err
 		}
 		total += s
+		c.insert.client += cpu
 	}
+	c.insert.server = usage(b.cl.ClickHousePid(), &notes) - srv0
+	c.insert.rows = rows
 	c.ClickHouseClientRows, c.ClickHouseClientS = rows, total
+	if len(notes) > 0 {
+		b.log.Warn().Strs("notes", notes).Msg("ceilings: CPU not read")
+	}
 	c.ClickHouseClientRowsPerS = float64(rows) / total
 	b.pr("ceiling: clickhouse-client TSV insert %.0f rows/s (%d rows into %d twin tables, %.1fs)", c.ClickHouseClientRowsPerS, rows, len(tables), total)
 	if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+chddl.QuoteIdent(db)); err != nil {

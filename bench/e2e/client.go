@@ -51,9 +51,16 @@ func SplitHostPort(addr string) (host, port string) {
 // TimeClient runs clickhouse-client with query, file as its stdin, and
 // returns the seconds it took.
 func TimeClient(ctx context.Context, client string, pre []string, host, port, file, query string) (float64, error) {
+	wall, _, err := RunClient(ctx, client, pre, host, port, file, query)
+	return wall, err
+}
+
+// RunClient is TimeClient that also returns the client process's CPU
+// seconds (user + system).
+func RunClient(ctx context.Context, client string, pre []string, host, port, file, query string) (wall, cpu float64, err error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer f.Close()
 	args := append(append([]string{}, pre...), "--host", host, "--port", port, "--query", query)
@@ -63,9 +70,13 @@ func TimeClient(ctx context.Context, client string, pre []string, host, port, fi
 	c.Stderr = &stderr
 	t0 := time.Now()
 	if err := c.Run(); err != nil {
-		return 0, fmt.Errorf("%s %s: %w: %s", client, query, err, strings.TrimSpace(stderr.String()))
+		return 0, 0, fmt.Errorf("%s %s: %w: %s", client, query, err, strings.TrimSpace(stderr.String()))
 	}
-	return time.Since(t0).Seconds(), nil
+	wall = time.Since(t0).Seconds()
+	if ps := c.ProcessState; ps != nil {
+		cpu = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	return wall, cpu, nil
 }
 
 // WriteTSV writes column-wise data (as chsink.BuildColumns returns it) as

@@ -207,12 +207,15 @@ type Result struct {
 	// same runs as RSSMB: their state, without the garbage awaiting the
 	// next GC that their RSS also holds (before a child's first GC, its
 	// allocated heap stands in: fleet.Proc.PeakLiveHeapMB).
-	LiveHeapMB LiveHeap           `json:"live_heap_mb"`
-	Ceilings   Ceilings           `json:"ceilings"`
-	Ratios     map[string]float64 `json:"ratios"`
-	Peer       Peer               `json:"peer"`
-	Storm      Storm              `json:"storm"`
-	Goals      []Goal             `json:"goals"`
+	LiveHeapMB LiveHeap `json:"live_heap_mb"`
+	Ceilings   Ceilings `json:"ceilings"`
+	// Floor is the mandatory work per event, measured in the same run, and
+	// the pipeline's CPU per event as a ratio to it (issue 41).
+	Floor  *Floor             `json:"floor,omitempty"`
+	Ratios map[string]float64 `json:"ratios"`
+	Peer   Peer               `json:"peer"`
+	Storm  Storm              `json:"storm"`
+	Goals  []Goal             `json:"goals"`
 	// Errors lists the assertions that failed (the run then exits 1).
 	Errors    []string `json:"errors,omitempty"`
 	DurationS float64  `json:"duration_s"`
@@ -315,6 +318,9 @@ type Ceilings struct {
 	ClickHouseClientRowsPerS float64 `json:"clickhouse_client_insert_rows_per_s"`
 	ClickHouseClientRows     int     `json:"clickhouse_client_insert_rows"`
 	ClickHouseClientS        float64 `json:"clickhouse_client_insert_s"`
+	// The CPU the read and insert ceilings cost (Floor).
+	readCPU float64
+	insert  insertCPU
 }
 
 // Peer is ClickHouse's Kafka table engine on the same events.
@@ -560,6 +566,12 @@ func (b *bench) run1(ctx context.Context, res *Result) error {
 	res.Ratios["sink_vs_clickhouse_client"] = div(div(float64(th.Events), th.RawVisibleS), ceil.ClickHouseClientRowsPerS)
 	res.Ratios["e2e_vs_kafka_go_read"] = div(e2e, ceil.KafkaReadEventsPerS)
 	res.Ratios["e2e_vs_clickhouse_client"] = div(e2e, ceil.ClickHouseClientRowsPerS)
+	if fl, err := b.floor(ctx, plan, ceil.KafkaReadEvents, ceil.readCPU, ceil.insert, th.CPU); err != nil {
+		res.Errors = append(res.Errors, "floor: "+err.Error())
+		b.pr("floor: NOT MEASURED: %v", err)
+	} else {
+		res.Floor = fl
+	}
 
 	// Storm.
 	var stormErr error
@@ -602,6 +614,15 @@ func goals(r *Result) []Goal {
 	g = append(g, Goal{Name: "e2e_events_per_s", Target: ">= 50000", Value: r.E2EEventsPerS, Met: r.E2EEventsPerS >= 50000})
 	g = append(g, Goal{Name: "latency_p99_ms_at_10k_per_s", Target: "<= 2000", Value: r.Latency.P99,
 		Met: r.Latency.Samples > 0 && !r.Latency.Incomplete && r.Latency.P99 <= 2000 && r.Latency.OfferedPerS >= 10000})
+	// Issue 41's goals.
+	if r.Floor != nil && r.Floor.Ratio > 0 {
+		g = append(g, Goal{Name: "pipeline_cpu_over_floor", Target: "<= 1.5", Value: r.Floor.Ratio, Met: r.Floor.Ratio <= 1.5})
+	}
+	g = append(g, Goal{Name: "latency_p99_ms_at_10k_per_s_issue41", Target: "<= 500", Value: r.Latency.P99,
+		Met: r.Latency.Samples > 0 && !r.Latency.Incomplete && r.Latency.P99 <= 500 && r.Latency.OfferedPerS >= 10000})
+	if v, ok := r.Ratios["e2e_vs_clickhouse_client"]; ok {
+		g = append(g, Goal{Name: "e2e_vs_clickhouse_client", Target: ">= 0.25", Value: v, Met: v >= 0.25})
+	}
 	tol := 1 + r.RSSMB.Tolerance
 	grow := 0.0
 	flat := r.RSSMB.Process1x > 0 && r.RSSMB.Process10x > 0

@@ -109,6 +109,29 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("ratio %s = %v", k, v)
 		}
 	}
+	// The floor: every mandatory step measured, their sum, and the
+	// pipeline's cost as a ratio to it.
+	if f := res.Floor; f == nil {
+		t.Errorf("no floor measured")
+	} else {
+		steps := []float64{f.ProduceUS, f.RawReadUS, f.RelayUS, f.DecodeUS, f.InsertClientUS, f.InsertServerUS}
+		var sum float64
+		for i, v := range steps {
+			if !(v > 0) {
+				t.Errorf("floor step %d = %v: %+v", i, v, f)
+			}
+			sum += v
+		}
+		if d := sum - f.SumUS; d > 1e-9 || d < -1e-9 || f.Events < 18000 || f.Note != "" {
+			t.Errorf("floor %+v: sum of the steps %v", f, sum)
+		}
+		if !(f.PipelineUS > 0) || f.Ratio != div(f.PipelineUS, f.SumUS) {
+			t.Errorf("floor %+v: ratio", f)
+		}
+	}
+	if l := res.Latency.CPU; l == nil || !(l.CoreS["pipeline"] > 0) || res.Latency.Incomplete {
+		t.Errorf("latency cpu budget %v (incomplete %v)", l, res.Latency.Incomplete)
+	}
 	// Storm: every malformed message dead-lettered with its reason, in
 	// blocks alternating S C C S S C C S, each the clean load's campaign
 	// shape; the rates pool the blocks of each kind, overall and per group.
@@ -185,7 +208,17 @@ func TestRunSmall(t *testing.T) {
 	if mach.Cores < 1 || mach.MemoryGiB <= 0 || mach.Go == "" || mach.ClickHouse == "" || mach.Kernel == "" {
 		t.Errorf("machine %+v", mach)
 	}
-	if len(res.Goals) != 5 {
+	names := map[string]bool{}
+	for _, g := range res.Goals {
+		names[g.Name] = true
+	}
+	for _, n := range []string{"e2e_events_per_s", "latency_p99_ms_at_10k_per_s", "rss_10x_over_1x_max", "storm_rate_ratio", "storm_dlq_complete",
+		"pipeline_cpu_over_floor", "latency_p99_ms_at_10k_per_s_issue41", "e2e_vs_clickhouse_client"} {
+		if !names[n] {
+			t.Errorf("goal %s missing: %+v", n, res.Goals)
+		}
+	}
+	if len(res.Goals) != len(names) || len(names) != 8 {
 		t.Errorf("goals %+v", res.Goals)
 	}
 	if !strings.Contains(progress.String(), "throughput:") {

@@ -141,6 +141,12 @@ func printE2E(w io.Writer, r *e2e.Result) {
 		row("peak RSS backlog", "%s", r.RSSMB.BacklogNote)
 	}
 	row("ceiling kafka-go read", "%10.0f events/s", r.Ceilings.KafkaReadEventsPerS)
+	if f := r.Floor; f != nil {
+		row("floor (mandatory work, us/event)", "produce %.2f + raw read %.2f + relay %.2f + decode/validate %.2f + insert %.2f client + %.2f server = %.2f",
+			f.ProduceUS, f.RawReadUS, f.RelayUS, f.DecodeUS, f.InsertClientUS, f.InsertServerUS, f.SumUS)
+		row("pipeline / floor", "%.2f x  (%.2f us/event without the trainer; driver %.2f x, processors %.2f x, sink + clickhouse %.2f x)",
+			f.Ratio, f.PipelineUS, f.DriverRatio, f.ProcessRatio, f.SinkServerRatio)
+	}
 	row("ceiling clickhouse-client insert", "%10.0f rows/s", r.Ceilings.ClickHouseClientRowsPerS)
 	for _, k := range []string{"produce_vs_kafka_go_read", "process_vs_kafka_go_read", "sink_vs_clickhouse_client", "e2e_vs_kafka_go_read", "e2e_vs_clickhouse_client", "sink_vs_kafka_engine_peer"} {
 		if v, ok := r.Ratios[k]; ok {
