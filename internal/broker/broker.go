@@ -81,18 +81,13 @@ func Start(cfg Config) (*Broker, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	if port == 0 {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port on %s: %w", host, err)
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-	}
+	// Port 0: the first broker listens on a port the kernel picks (its
+	// Addr says which). Picking one first and listening on it later would
+	// race with every other listener of the machine (tests in parallel).
 	if cfg.Brokers < 1 {
 		cfg.Brokers = 1
 	}
-	ports := make([]int, cfg.Brokers) // the others: 0, a free port
+	ports := make([]int, cfg.Brokers) // the others: 0, a port the kernel picks
 	ports[0] = port
 	opts := []kfake.Opt{
 		kfake.NumBrokers(cfg.Brokers),
