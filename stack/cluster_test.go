@@ -351,6 +351,30 @@ func syncReplicas(ctx context.Context, t *testing.T, cl *chcluster.Cluster, db s
 			httpQuery(ctx, t, nd.HTTPAddr(), db, "SYSTEM SYNC REPLICA "+chddl.QuoteIdent(db)+"."+name)
 		}
 	}
+	// SYNC REPLICA waits for the entries a replica has queued; a replica
+	// that restarted may not have pulled every entry of the log yet (18.16
+	// does not pull first). So wait until the replicas of each shard hold
+	// the same rows of every table; a replica that never catches up fails
+	// the test here.
+	state := func() (bool, string) {
+		byShard := map[int]map[string]string{}
+		var diff []string
+		for _, nd := range cl.Nodes() {
+			for _, tbl := range clusterTables {
+				got := httpQuery(ctx, t, nd.HTTPAddr(), db, "SELECT count(), uniqExact("+keyOf(tbl)+") FROM "+tbl+chddl.LocalSuffix+" FINAL").Rows[0]
+				v := strings.Join(got, "/")
+				if byShard[nd.Shard] == nil {
+					byShard[nd.Shard] = map[string]string{}
+				}
+				if w, ok := byShard[nd.Shard][tbl]; ok && w != v {
+					diff = append(diff, fmt.Sprintf("%s on %s: %s, its shard's other replica %s", tbl, nd.Name(), v, w))
+				}
+				byShard[nd.Shard][tbl] = v
+			}
+		}
+		return len(diff) == 0, strings.Join(diff, "; ")
+	}
+	testenv.WhileProgressing(t, time.Minute, 3*time.Minute, "the replicas of each shard to hold the same rows", state)
 }
 
 // httpQuery runs query on the server at addr over HTTP with db as the
