@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,10 +85,10 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 	}
 	// The services' warnings, shown if the test fails (they are silent
 	// otherwise: the test reads their effects).
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("services' warnings and errors (last 8 KiB):\n%s", logs.tail(8<<10))
+			t.Logf("services' warnings and errors (last 8 KiB):\n%s", logs.Tail(8<<10))
 		}
 	})
 	warnLog := func(name string) zerolog.Logger {
@@ -434,27 +432,6 @@ func metricValues(t *testing.T, reg *prometheus.Registry, names ...string) strin
 		out = append(out, fmt.Sprintf("%s=%g", n, sum[n]))
 	}
 	return strings.Join(out, " ")
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers (the services'
-// loggers).
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// tail is the last n bytes written.
-func (b *syncBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	return s[max(0, len(s)-n):]
 }
 
 // lagByPartition names each partition of the sink's topics that group has

@@ -24,3 +24,11 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Tail returns the last n bytes written.
+func (s *SyncBuffer) Tail(n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.b.Bytes()
+	return string(b[max(0, len(b)-n):])
+}

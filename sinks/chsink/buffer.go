@@ -137,7 +137,10 @@ func (s *Sink) noteBehind(k tp, m kafka.Message) {
 	if m.HighWaterMark == 0 {
 		n = 0
 	}
-	old := s.behind[k]
+	old, seen := s.behind[k]
+	if seen && old == n && n == 0 {
+		return // caught up and still: the common case, no write
+	}
 	if (old > 0) != (n > 0) {
 		if n > 0 {
 			s.lagging++

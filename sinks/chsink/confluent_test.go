@@ -135,7 +135,8 @@ func TestSinkDecodesConfluentFraming(t *testing.T) {
 	}
 }
 
-// counterValue is the value of the counter name in reg (0 when absent).
+// counterValue is the value of the counter or gauge name in reg (0 when
+// absent).
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -144,6 +145,9 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			if g := mf.GetMetric()[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}

@@ -48,7 +48,7 @@ func TestSinkFlushesWhenCaughtUp(t *testing.T) {
 	<-s.Ready()
 	produce(t, brokers, projectAttempts("held", []string{"c"}, 0, 5))
 	testenv.WaitFor(t, 30*time.Second, "the timer-only sink to read the attempts", func() (bool, string) {
-		b := gaugeValue(t, reg, "hf_sink_buffered_rows")
+		b := counterValue(t, reg, "hf_sink_buffered_rows")
 		return b >= 5 || visible("held") > 0, fmt.Sprintf("%v rows buffered, %+v", b, s.Stats())
 	})
 	time.Sleep(2 * time.Second)
@@ -74,21 +74,6 @@ func TestSinkFlushesWhenCaughtUp(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("visible after %s with MinAge 100ms", d)
 	}
-}
-
-// gaugeValue is the value of the gauge name in reg (0 when absent).
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return 0
 }
 
 // countingScorer recomputes through the real writer and notes when each
