@@ -237,8 +237,9 @@ type sparseBag struct {
 }
 
 // run uploads the bags of one batch (idx, w, off as EmbeddingBag takes
-// them) and computes and downloads their sums.
-func (s *sparseBag) run(be backend.Backend, idx []int32, w []float32, off []int32) []float32 {
+// them) and computes and downloads their sums over table (the bag's own
+// weights, or their average).
+func (s *sparseBag) run(be backend.Backend, table backend.Buffer, idx []int32, w []float32, off []int32) []float32 {
 	B := len(off) - 1
 	if B > s.capB {
 		if s.out != nil {
@@ -260,7 +261,7 @@ func (s *sparseBag) run(be backend.Backend, idx []int32, w []float32, off []int3
 	be.UploadInt(s.idx, idx)
 	be.Upload(s.wts, w)
 	be.UploadInt(s.off, off)
-	be.EmbeddingBag(s.out, s.table.p, s.idx, s.off, s.wts, B, s.dim)
+	be.EmbeddingBag(s.out, table, s.idx, s.off, s.wts, B, s.dim)
 	if cap(s.host) < B*s.dim {
 		s.host = make([]float32, B*s.dim)
 	}
@@ -284,10 +285,12 @@ type additive struct {
 	base        baseFit
 	shrink      textShrink
 	scale, text sparseBag
-	s, t        []float32
-	idx         []int32
-	w           []float32
-	off         []int32
+	// avg is the tables' moving average predictions read (nil: off).
+	avg  *average
+	s, t []float32
+	idx  []int32
+	w    []float32
+	off  []int32
 }
 
 // newAdditive allocates the additive critic's parts on m: the base's
@@ -303,29 +306,40 @@ func (m *Model) newAdditive(uniform func(n int, a float64) []float32) {
 	for k := 0; k < K; k++ {
 		sc[int(scaleGlobalRow)*K+k] += float32(1 / math.Sqrt(float64(K)))
 	}
+	tx := uniform(m.cfg.Buckets*K, 0.001)
 	a.scale = sparseBag{table: m.newParam("scale", sc), dim: K}
-	a.text = sparseBag{table: m.newParam("text", uniform(m.cfg.Buckets*K, 0.001)), dim: K}
+	a.text = sparseBag{table: m.newParam("text", tx), dim: K}
 	a.text.table.lrScale, a.scale.table.lrScale = m.cfg.TextLRScale, m.cfg.TextLRScale
-	// Last, so a checkpoint written before it existed lines up (Restore).
+	// After the tables, so a checkpoint written before it existed lines
+	// up (Restore).
 	a.shrink = textShrink{param: m.newParam("shrink", make([]float32, 6))}
 	a.shrink.param.frozen = true
+	if m.cfg.AverageDecay > 0 {
+		// Last, for the same reason.
+		m.newAverage(a, sc, tx)
+	}
 	m.add = a
 }
 
 // forward computes the mean of each input of the batch into means, keeping
 // the factors for backward: base + Σ s·t when training, base + α·Σ s·t
-// (textShrink) when predicting.
+// (textShrink) when predicting, s and t from the tables' moving average
+// when there is one (average.go).
 func (a *additive) forward(be backend.Backend, f featurizer, ins []*Input, means []float64, training bool) {
-	run := func(bag *sparseBag, feats func(idx []int32, w []float32, in *Input) ([]int32, []float32)) []float32 {
+	run := func(bag *sparseBag, table *param, feats func(idx []int32, w []float32, in *Input) ([]int32, []float32)) []float32 {
 		a.idx, a.w, a.off = a.idx[:0], a.w[:0], append(a.off[:0], 0)
 		for _, in := range ins {
 			a.idx, a.w = feats(a.idx, a.w, in)
 			a.off = append(a.off, int32(len(a.idx)))
 		}
-		return bag.run(be, a.idx, a.w, a.off)
+		return bag.run(be, table.p, a.idx, a.w, a.off)
 	}
-	a.s = run(&a.scale, appendScale)
-	a.t = run(&a.text, f.appendCounts)
+	scale, text := a.scale.table, a.text.table
+	if !training && a.avg != nil {
+		scale, text = a.avg.scale, a.avg.text
+	}
+	a.s = run(&a.scale, scale, appendScale)
+	a.t = run(&a.text, text, f.appendCounts)
 	alpha := 1.0
 	if !training {
 		alpha = a.shrink.alpha()

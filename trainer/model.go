@@ -42,6 +42,18 @@ const (
 // DefaultLR is ModelConfig.LR's default, AdamW's peak learning rate.
 const DefaultLR = 0.003
 
+// Defaults of ModelConfig.WeightDecay. The additive critic's hashed count
+// rows see a rare word a few times an epoch, and AdamW moves a weight by
+// about the learning rate whenever its gradient is not 0, whatever its
+// size: without a strong decay the rare words fit their samples' noise and
+// more epochs make the critic worse. Decoupled decay 1 pulls every row
+// towards 0 by lr·1 per step between its appearances (chosen on bench
+// critic; bench/README.md, "The critic").
+const (
+	DefaultWeightDecay         = 0.0001
+	DefaultAdditiveWeightDecay = 1.0
+)
+
 // ModelConfig sizes and optimizes one reward model.
 type ModelConfig struct {
 	// Buckets is the number of hashed text n-gram rows. Default: 1<<18.
@@ -58,7 +70,9 @@ type ModelConfig struct {
 	MaxTextBytes int
 	// LR is AdamW's learning rate. Default: 0.003.
 	LR float32
-	// WeightDecay is AdamW's decoupled weight decay. Default: 0.0001.
+	// WeightDecay is AdamW's decoupled weight decay. Default:
+	// DefaultAdditiveWeightDecay in the additive structure,
+	// DefaultWeightDecay in the MLP one.
 	WeightDecay float32
 	// Beta1, Beta2, Eps are AdamW's moments and epsilon. Default: 0.9, 0.999, 1e-8.
 	Beta1, Beta2, Eps float32
@@ -95,6 +109,14 @@ type ModelConfig struct {
 	// TextLRScale multiplies the learning rate of the additive critic's
 	// text and scale tables. Default: DefaultTextLRScale.
 	TextLRScale float32
+	// AverageDecay, in (0, 1), makes the additive critic predict with an
+	// exponential moving average of its text and scale tables (Polyak
+	// averaging, average.go) instead of their last iterate. Default:
+	// DefaultAverageDecay; a negative value turns it off (the last
+	// iterate). A checkpoint restores into a model
+	// with or without the average (without: the average starts at the
+	// weights).
+	AverageDecay float64
 }
 
 // structureOf is a checkpoint's structure: StructureMLP for one written
@@ -122,6 +144,12 @@ func (c *ModelConfig) setDefaults() {
 	if c.TextLRScale == 0 {
 		c.TextLRScale = DefaultTextLRScale
 	}
+	switch {
+	case c.Structure == StructureMLP || c.AverageDecay < 0:
+		c.AverageDecay = -1 // off; kept apart from 0 so defaults stay put
+	case c.AverageDecay == 0:
+		c.AverageDecay = DefaultAverageDecay
+	}
 	if c.Buckets == 0 {
 		c.Buckets = 1 << 18
 	}
@@ -147,8 +175,12 @@ func (c *ModelConfig) setDefaults() {
 	if c.LR == 0 {
 		c.LR = DefaultLR
 	}
-	if c.WeightDecay == 0 {
-		c.WeightDecay = 0.0001
+	switch {
+	case c.WeightDecay != 0:
+	case c.Structure == StructureAdditive:
+		c.WeightDecay = DefaultAdditiveWeightDecay
+	default:
+		c.WeightDecay = DefaultWeightDecay
 	}
 	if c.Beta1 == 0 {
 		c.Beta1 = 0.9
@@ -177,6 +209,9 @@ func (c *ModelConfig) validate() error {
 	case StructureMLP:
 	default:
 		return fmt.Errorf("%w: structure %q: want %s or %s", ErrConfig, c.Structure, StructureAdditive, StructureMLP)
+	}
+	if c.AverageDecay >= 1 || c.AverageDecay != c.AverageDecay {
+		return fmt.Errorf("%w: average decay %v: want a value below 1 (negative: off)", ErrConfig, c.AverageDecay)
 	}
 	return nil
 }
@@ -630,6 +665,9 @@ func (m *Model) TrainStep(batch []Example) (Losses, error) {
 		}
 		m.be.AdamW(p.p, p.g, p.m, p.v, p.n, plr, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, m.step)
 	}
+	if m.add != nil && m.add.avg != nil {
+		m.add.avg.update(m.be, m.add, m.step)
+	}
 	if err := m.be.Sync(); err != nil {
 		return l, fmt.Errorf("%w: %w", ErrDevice, err)
 	}
@@ -734,12 +772,13 @@ func (m *Model) Tensor(param, which int, buf *[]float32) []float32 {
 
 // Restore uploads st into the model. The shapes must match the model's.
 func (m *Model) Restore(st ModelState) error {
-	if m.add != nil && len(st.Params) == len(m.params)-1 && st.Params[len(st.Params)-1].Name == "text" {
+	if m.add != nil && len(st.Params) > 0 && st.Params[len(st.Params)-1].Name == "text" {
 		// Written before the additive critic's text shrink existed: its
 		// sums start empty (α = 1, the text part whole, as it predicted).
 		n := m.add.shrink.param.n
 		st.Params = append(slices.Clone(st.Params), ParamState{Name: "shrink", P: make([]float32, n), M: make([]float32, n), V: make([]float32, n)})
 	}
+	st.Params = m.matchAverage(st.Params)
 	if len(st.Params) != len(m.params) {
 		return fmt.Errorf("%w: %d tensors, model has %d", ErrIncompatible, len(st.Params), len(m.params))
 	}

@@ -164,6 +164,8 @@ window or a new evaluation epoch begins.`,
 	f.IntVar(&cfg.Model.Rank, "rank", trainer.DefaultRank, "factors of the additive structure's text part (scale(context) · text(update) summed over them)")
 	f.Float64Var(&cfg.Model.RoundWeight, "round-weight", trainer.DefaultRoundWeight, "weight of the loss's within-round term (the candidates of one round against each other, free of their shared noise) beside the pooled NLL; negative turns it off")
 	f.Float32Var(&cfg.Model.TextLRScale, "text-lr-scale", trainer.DefaultTextLRScale, "learning-rate multiplier of the additive structure's text and scale tables")
+	f.Float32Var(&cfg.Model.WeightDecay, "weight-decay", 0, fmt.Sprintf("AdamW decoupled weight decay (0: %g with --structure additive, %g with mlp)", trainer.DefaultAdditiveWeightDecay, trainer.DefaultWeightDecay))
+	f.Float64Var(&cfg.Model.AverageDecay, "average-decay", trainer.DefaultAverageDecay, "the additive structure predicts with a moving average of its text and scale tables with this decay per optimizer step (Polyak averaging); negative turns it off (the last iterate)")
 	f.BoolVar(&cfg.Model.Crosses, "crosses", d.Model.Crosses, "add update-word × benchmark/agent/kind features (a checkpoint restores only with the setting it was trained with)")
 	f.BoolVar(&cfg.Model.Context, "context-features", d.Model.Context, "add the cell and the evidence pass rate parsed from the query as features (a checkpoint restores only with the setting it was trained with)")
 	f.Float64Var(&cfg.HeldoutFraction, "heldout-fraction", d.HeldoutFraction, "share of groups (--heldout-group-key) whose samples are held out of training for evaluation (negative disables)")
