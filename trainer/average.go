@@ -51,6 +51,10 @@ func (av *average) update(be backend.Backend, a *additive, t int) {
 	b := min(av.decay, float64(1+t)/float64(10+t))
 	for _, pr := range [][2]*param{{av.scale, a.scale.table}, {av.text, a.text.table}} {
 		avg, w := pr[0], pr[1]
+		if l, ok := be.(backend.Lerper); ok {
+			l.Lerp(avg.p, w.p, w.n, float32(b))
+			continue
+		}
 		// avg (1×n) = (1−b)·one (1×1)·w (1×n) + b·avg
 		be.Gemm(false, false, 1, w.n, 1, float32(1-b), av.one, w.p, float32(b), avg.p)
 	}

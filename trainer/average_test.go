@@ -189,3 +189,29 @@ func TestAverageRestores(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTrainStepAverage is BenchmarkTrainStep with the moving average
+// off and on (the default), in one process: what the average costs a step.
+func BenchmarkTrainStepAverage(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		decay float64
+	}{{"off", -1}, {"on", DefaultAverageDecay}} {
+		b.Run(c.name, func(b *testing.B) {
+			m, err := NewModel(backend.NewCPU(), ModelConfig{AverageDecay: c.decay})
+			if err != nil {
+				b.Fatal(err)
+			}
+			const bs = 256
+			data := SyntheticExamples(1, bs*8)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				k := i % 8
+				if _, err := m.TrainStep(data[k*bs : (k+1)*bs]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "samples/s")
+		})
+	}
+}

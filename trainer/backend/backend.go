@@ -28,6 +28,16 @@ type HostView interface {
 	View(b Buffer) []float32
 }
 
+// Lerper is implemented by backends with a fused moving-average update (the
+// CPU backend). The trainer's Polyak averaging uses it where it exists and a
+// rank-1 Gemm (avg = (1−b)·1·w + b·avg) elsewhere: a cuBLAS Gemm streams the
+// buffer at memory speed, gonum's generic path for that shape is several
+// times slower than a plain loop.
+type Lerper interface {
+	// Lerp sets dst = b·dst + (1−b)·src over the first n elements.
+	Lerp(dst, src Buffer, n int, b float32)
+}
+
 // Backend is the set of operations the trainer's model needs.
 type Backend interface {
 	// Name says which backend and device this is, e.g. "cpu" or "cuda:NVIDIA H200".

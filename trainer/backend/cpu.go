@@ -231,6 +231,18 @@ func (*CPU) AdamW(p, g, m, v Buffer, n int, lr, beta1, beta2, eps, wd float32, s
 	})
 }
 
+// Lerp sets dst = b·dst + (1−b)·src over the first n elements (Lerper).
+func (*CPU) Lerp(dst, src Buffer, n int, b float32) {
+	dd, sd := f(dst)[:n], f(src)[:n]
+	parallel(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dd[i] = b*dd[i] + (1-b)*sd[i]
+		}
+	})
+}
+
+var _ Lerper = (*CPU)(nil)
+
 // Sync returns nil: the CPU backend completes every operation before returning.
 func (*CPU) Sync() error { return nil }
 

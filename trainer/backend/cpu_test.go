@@ -201,6 +201,27 @@ func TestCPUAdamW(t *testing.T) {
 	}
 }
 
+// Lerp is the moving-average update the rank-1 Gemm fallback computes.
+func TestCPULerpIsTheGemmFallback(t *testing.T) {
+	t.Parallel()
+	be := NewCPU()
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{5, parallelMin + 17} {
+		avg, w := randSlice(r, n), randSlice(r, n)
+		const b = 0.9
+		want := make([]float32, n)
+		for i := range want {
+			want[i] = b*avg[i] + (1-b)*w[i]
+		}
+		ab, wb := upload(be, avg), upload(be, w)
+		be.Lerp(ab, wb, n, b)
+		near(t, "lerp", download(be, ab), want, 1e-6)
+		gb, one := upload(be, avg), upload(be, []float32{1})
+		be.Gemm(false, false, 1, n, 1, 1-b, one, wb, b, gb)
+		near(t, "gemm fallback", download(be, gb), want, 1e-6)
+	}
+}
+
 func TestOpen(t *testing.T) {
 	saved := OpenCUDA
 	defer func() { OpenCUDA = saved }()
