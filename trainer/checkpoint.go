@@ -47,8 +47,17 @@ type Checkpoint struct {
 	Topic string
 	// Offsets maps a partition to the next offset to read.
 	Offsets map[int32]int64
-	// Recent is the dedup window, oldest first: keys of (project, sample
-	// id) (projectKey), or bare sample ids when KeyedByProject is false.
+	// RecentDigests is the dedup window, oldest first: dedupDigestLen (16)
+	// bytes per key (the first 16 bytes of the key's sha256; stats.go), of
+	// which the oldest RecentLegacy are bare sample ids of a checkpoint
+	// written before the keys held the project (legacyKey).
+	RecentDigests []byte
+	RecentLegacy  int
+	// Recent is the dedup window of files written before RecentDigests,
+	// oldest first: keys of (project, sample revision or id) (projectKey),
+	// or bare sample ids when KeyedByProject is false. Restored when
+	// RecentDigests is empty; new files leave it empty (a binary older
+	// than RecentDigests restores their window empty).
 	Recent []string
 	// CellVersions is the latest harness_version_index seen per (project,
 	// cell) (keys are projectKey's), or per cell id when KeyedByProject is

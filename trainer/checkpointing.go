@@ -51,7 +51,7 @@ func (t *Trainer) restore(ctx context.Context) error {
 		for p, o := range ck.Offsets {
 			t.offsets[p] = o
 		}
-		t.dedup = newDedup(t.cfg.DedupWindow, ck.Recent, !ck.KeyedByProject)
+		t.dedup = restoreDedup(t.cfg.DedupWindow, ck)
 		switch {
 		case !ck.KeyedByProject && len(ck.CellVersions) > 0:
 			// Keyed by cell id alone: whose cell each was is unknown. The
@@ -142,7 +142,7 @@ func (t *Trainer) checkpoint(ctx context.Context) error {
 	t.evalRows() // the checkpoint holds the set it is evaluated on
 	ck := &Checkpoint{
 		Index: idx, ModelVersion: fmt.Sprintf("%s-v%d", t.cfg.Name, idx), Step: t.step, SamplesTrained: t.trained,
-		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, Recent: t.dedup.ordered(), CellVersions: t.cells, KeyedByProject: true, FirstGroup: t.firstGroup, Project: t.cfg.Project,
+		Topic: t.cfg.Topic, Offsets: map[int32]int64{}, RecentDigests: t.dedup.ordered(), RecentLegacy: t.dedup.legacy, CellVersions: t.cells, KeyedByProject: true, FirstGroup: t.firstGroup, Project: t.cfg.Project,
 		Heldout: t.heldout, CreatedAt: time.Now().UTC(),
 		EvalWindows: true, EvalEpoch: t.evalSet.epoch, EvalSet: t.evalSet.rows, EvalSetSHA256: t.evalSet.sha256,
 		EvalSince: t.evalSet.since, EvalPending: t.evalPending(), EvalTrain: t.trainWin.snapshot(), EarlyStop: t.earlyStopState(),

@@ -190,7 +190,10 @@ type Config struct {
 	LRMinRatio float64
 	// DedupWindow is how many recent sample ids are remembered to train each
 	// sample id once; a duplicate arriving more than this many samples after
-	// its first copy is trained again. Persisted in checkpoints. Default: 200000.
+	// its first copy is trained again. Persisted in checkpoints. Each entry
+	// is a 16-byte digest of the key: about 55 B of live heap when the
+	// window is full (11 MB at the default), 16 B in a checkpoint.
+	// Default: 200000.
 	DedupWindow int
 	// MaxCells bounds the per-cell harness-version map (staleness); when full
 	// it is reset. Default: 100000.

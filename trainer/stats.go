@@ -104,29 +104,73 @@ func sampleRevision(s *schemas.LabeledSample) string {
 // then. It never equals a projectKey (which starts with a digit).
 func legacyKey(id string) string { return "-/" + id }
 
-// dedupWindow remembers the keys (projectKey of project and sample id) of
-// the last cap samples (FIFO eviction).
+// dedupDigestLen is the bytes of one dedup window entry: the first 16 bytes
+// of the sha256 of its key.
+const dedupDigestLen = 16
+
+// dedupDigest is a dedup window entry: the first dedupDigestLen bytes of the
+// sha256 of a key (projectKey of a project and a sample revision or id, or
+// legacyKey of a bare sample id). Two keys share one with probability about
+// 2^-128 per pair: with a full window of 200 000, a new sample is taken for
+// a duplicate it is not about once in 10^33 samples.
+type dedupDigest [dedupDigestLen]byte
+
+func digestOf(key string) dedupDigest {
+	sum := sha256.Sum256([]byte(key))
+	return dedupDigest(sum[:dedupDigestLen])
+}
+
+// dedupWindow remembers the keys (projectKey of project and sample
+// revision) of the last cap samples (FIFO eviction), as digests: 16 bytes
+// in the ring and 16 in the set's slot, about 55 B of live heap an entry
+// when full with the map's slack, whatever the ids' length (the keys
+// themselves took about 150 B with 32-hex ids; TestDedupWindowEntryIsCompact).
 type dedupWindow struct {
 	cap  int
-	ring []string
+	ring []dedupDigest
 	next int
-	set  map[string]struct{}
-	// legacy counts the legacyKey entries in the window.
+	set  map[dedupDigest]struct{}
+	// legacy counts the legacyKey entries in the window: always its
+	// oldest (they come only from a restored checkpoint, before any
+	// other), so an eviction while legacy > 0 evicts one of them.
 	legacy int
+}
+
+func newDedupWindow(capacity int) *dedupWindow {
+	return &dedupWindow{cap: capacity, set: make(map[dedupDigest]struct{}, min(capacity, 1<<16))}
 }
 
 // newDedup returns a window of capacity holding recent, oldest first: keys,
 // or bare sample ids when legacy (a checkpoint's from before the keys held
-// the project).
+// the project; before the window kept digests, checkpoints held the keys).
 func newDedup(capacity int, recent []string, legacy bool) *dedupWindow {
-	d := &dedupWindow{cap: capacity, set: make(map[string]struct{}, min(capacity, 1<<16))}
+	d := newDedupWindow(capacity)
 	for _, k := range recent {
 		if legacy {
 			k = legacyKey(k)
 		}
-		d.add(k)
+		d.addDigest(digestOf(k), legacy)
 	}
 	return d
+}
+
+// dedupFromDigests returns a window of capacity holding digests (ordered's
+// bytes, oldest first), the oldest legacy of them legacy keys.
+func dedupFromDigests(capacity int, digests []byte, legacy int) *dedupWindow {
+	d := newDedupWindow(capacity)
+	for i := 0; i+dedupDigestLen <= len(digests); i += dedupDigestLen {
+		d.addDigest(dedupDigest(digests[i:i+dedupDigestLen]), i/dedupDigestLen < legacy)
+	}
+	return d
+}
+
+// restoreDedup is ck's dedup window with capacity: its digests, or the
+// keys (or bare sample ids) of a file written before them.
+func restoreDedup(capacity int, ck *Checkpoint) *dedupWindow {
+	if len(ck.RecentDigests) > 0 {
+		return dedupFromDigests(capacity, ck.RecentDigests, ck.RecentLegacy)
+	}
+	return newDedup(capacity, ck.Recent, !ck.KeyedByProject)
 }
 
 // hasSample reports whether project's sample id is in the window (or, from
@@ -138,31 +182,43 @@ func (d *dedupWindow) hasSample(project, id string) bool {
 	return d.legacy > 0 && d.has(legacyKey(id))
 }
 
-func (d *dedupWindow) has(key string) bool { _, ok := d.set[key]; return ok }
+func (d *dedupWindow) has(key string) bool { _, ok := d.set[digestOf(key)]; return ok }
 
-func (d *dedupWindow) add(id string) {
-	if d.has(id) {
+// add remembers key (a projectKey).
+func (d *dedupWindow) add(key string) { d.addDigest(digestOf(key), false) }
+
+func (d *dedupWindow) addDigest(k dedupDigest, legacy bool) {
+	if _, ok := d.set[k]; ok {
 		return
 	}
-	if strings.HasPrefix(id, "-/") {
-		d.legacy++
-	}
 	if len(d.ring) < d.cap {
-		d.ring = append(d.ring, id)
+		d.ring = append(d.ring, k)
 	} else {
-		if old := d.ring[d.next]; strings.HasPrefix(old, "-/") {
+		if d.legacy > 0 { // the oldest entry, evicted, is a legacy one
 			d.legacy--
 		}
 		delete(d.set, d.ring[d.next])
-		d.ring[d.next] = id
+		d.ring[d.next] = k
 		d.next = (d.next + 1) % d.cap
 	}
-	d.set[id] = struct{}{}
+	if legacy {
+		d.legacy++
+	}
+	d.set[k] = struct{}{}
 }
 
-// ordered returns the keys oldest first.
-func (d *dedupWindow) ordered() []string {
-	out := make([]string, 0, len(d.ring))
-	out = append(out, d.ring[d.next:]...)
-	return append(out, d.ring[:d.next]...)
+// len is the number of entries.
+func (d *dedupWindow) len() int { return len(d.ring) }
+
+// ordered returns the digests oldest first, dedupDigestLen bytes each (the
+// oldest legacy of them legacy keys), as checkpoints keep them.
+func (d *dedupWindow) ordered() []byte {
+	out := make([]byte, 0, len(d.ring)*dedupDigestLen)
+	for _, k := range d.ring[d.next:] {
+		out = append(out, k[:]...)
+	}
+	for _, k := range d.ring[:d.next] {
+		out = append(out, k[:]...)
+	}
+	return out
 }

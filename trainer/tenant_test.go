@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,9 +135,22 @@ func TestDedupWindowFromAnOldCheckpoint(t *testing.T) {
 	if d.hasSample("projA", "s-1") || d.hasSample("projA", "s-2") || d.legacy != 0 {
 		t.Fatalf("legacy ids still matched after aging out (%d left)", d.legacy)
 	}
-	again := newDedup(3, d.ordered(), false)
-	if !again.hasSample("p", "n-2") || again.hasSample("q", "n-2") {
+	again := dedupFromDigests(3, d.ordered(), d.legacy)
+	if !again.hasSample("p", "n-2") || again.hasSample("q", "n-2") || !bytes.Equal(again.ordered(), d.ordered()) {
 		t.Fatal("a restored window lost its project keys")
+	}
+	// A window restored from digests with legacy entries left keeps them
+	// as legacy (matched in every project) until they age out.
+	old := newDedup(4, []string{"s-1", "s-2"}, true)
+	old.add(projectKey("p", "n-0"))
+	back := dedupFromDigests(4, old.ordered(), old.legacy)
+	if back.legacy != 2 || !back.hasSample("projC", "s-2") || !back.hasSample("p", "n-0") || back.hasSample("q", "n-0") {
+		t.Fatalf("a window restored from digests lost its legacy entries (%d legacy)", back.legacy)
+	}
+	back.add(projectKey("p", "n-1"))
+	back.add(projectKey("p", "n-2"))
+	if back.legacy != 1 || back.hasSample("projC", "s-1") || !back.hasSample("projC", "s-2") {
+		t.Fatalf("the oldest legacy entry did not age out first (%d legacy)", back.legacy)
 	}
 	if projectKey("a/b", "c") == projectKey("a", "b/c") {
 		t.Fatal("projectKey is ambiguous")
