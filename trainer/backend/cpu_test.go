@@ -243,3 +243,22 @@ func TestOpen(t *testing.T) {
 	}
 	t.Log(why)
 }
+
+// BenchmarkMovingAverage is the trainer's moving-average update of a
+// 1 M-float table (the additive critic's text table at rank 4): Lerp, and
+// the rank-1 Gemm other backends use.
+func BenchmarkMovingAverage(b *testing.B) {
+	be := NewCPU()
+	const n = 1 << 20
+	w, avg, one := be.Alloc(n), be.Alloc(n), upload(be, []float32{1})
+	b.Run("lerp", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			be.Lerp(avg, w, n, 0.98)
+		}
+	})
+	b.Run("gemm", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			be.Gemm(false, false, 1, n, 1, 0.02, one, w, 0.98, avg)
+		}
+	})
+}
