@@ -167,7 +167,7 @@ func memTrainer(t testing.TB, mod func(*Config)) *Trainer {
 // frozen evaluation set), the live heap without them (rest). With
 // HF_MEMPROFILE set to a directory, a heap profile of the full heap is
 // written there (heap-<samples fed>.pprof).
-func heapAfter(t *testing.T, tr *Trainer, st *memStream, n int) (full, rest uint64) {
+func heapAfter(t testing.TB, tr *Trainer, st *memStream, n int) (full, rest uint64) {
 	t.Helper()
 	if os.Getenv("HF_MEMPROFILE") != "" && runtime.MemProfileRate != 4096 {
 		runtime.MemProfileRate = 4096
@@ -227,7 +227,7 @@ func dropWindows(tr *Trainer) {
 // retained is the live heap of a fresh trainer (memTrainer with mod) after
 // n samples of the realistic stream, with its windows and without them,
 // less the live heap before it was built.
-func retained(t *testing.T, n int, mod func(*Config)) (full, rest float64) {
+func retained(t testing.TB, n int, mod func(*Config)) (full, rest float64) {
 	t.Helper()
 	before := liveHeap()
 	tr := memTrainer(t, mod)
@@ -236,21 +236,21 @@ func retained(t *testing.T, n int, mod func(*Config)) (full, rest float64) {
 	return float64(f) - float64(before), float64(r) - float64(before)
 }
 
-// TestMeasureRetainedHeap is the measurement (not run by default): the
-// live heap a trainer at the default windows retains after 4 000 and
-// 40 000 samples of the realistic stream, with and without its windows.
-// HF_MEMMEASURE=1 [HF_MEMPROFILE=dir] go test -count=1 -run TestMeasureRetainedHeap ./trainer/ -v
-func TestMeasureRetainedHeap(t *testing.T) {
-	if os.Getenv("HF_MEMMEASURE") == "" {
-		t.Skip("a measurement: set HF_MEMMEASURE=1 (and HF_MEMPROFILE=dir for heap profiles)")
-	}
+// BenchmarkRetainedHeap is the measurement (a benchmark, so tests do not
+// run it): the live heap a trainer at the default windows retains after
+// 4 000 and 40 000 samples of the realistic stream, with and without its
+// windows.
+// [HF_MEMPROFILE=dir] go test -run '^$' -bench RetainedHeap -benchtime 1x ./trainer/ -v
+func BenchmarkRetainedHeap(b *testing.B) {
 	var rest [2]float64
 	for i, n := range []int{4000, 40000} {
-		f, r := retained(t, n, nil)
+		f, r := retained(b, n, nil)
 		rest[i] = r
-		t.Logf("N=%d: the trainer retains %.1f MiB (%.0f B per sample), %.1f MiB without its windows", n, f/(1<<20), f/float64(n), r/(1<<20))
+		b.Logf("N=%d: the trainer retains %.1f MiB (%.0f B per sample), %.1f MiB without its windows", n, f/(1<<20), f/float64(n), r/(1<<20))
 	}
-	t.Logf("beyond the windows: %.1f B per sample between N=4000 and N=40000", (rest[1]-rest[0])/36000)
+	per := (rest[1] - rest[0]) / 36000
+	b.Logf("beyond the windows: %.1f B per sample between N=4000 and N=40000", per)
+	b.ReportMetric(per, "B/sample-beyond-windows")
 }
 
 // TestRetainedHeapPerSampleIsBounded: what the trainer keeps per consumed
