@@ -1,6 +1,7 @@
 package score
 
 import (
+	"reflect"
 	"sort"
 
 	"github.com/harnessflow/harnessflow/schemas"
@@ -52,43 +53,41 @@ func (p *Pairer) emitReady(c *cell, out []schemas.Event, force bool) []schemas.E
 	needBase := c.kind != kindBaseline && c.kind != kindProduction
 	if !needBase || p.baseReady() {
 		var cycles []int32
-		for i := range c.rounds.len() {
-			if cy, r := c.rounds.key(i), c.rounds.val(i); int64(cy) <= closed && (!r.out.done && len(r.keys) > 0 || r.dirty) {
+		for cy, r := range c.rounds {
+			if int64(cy) <= closed && (r.emitted == nil && len(r.keys) > 0 || r.dirty) {
 				cycles = append(cycles, cy)
 			}
 		}
 		sort.Slice(cycles, func(i, j int) bool { return cycles[i] < cycles[j] })
 		for _, cy := range cycles {
-			r, _ := c.rounds.get(cy)
+			r := c.rounds[cy]
 			r.dirty = false
 			m := p.metrics(c, r)
-			sum, ok := fingerprint(m)
-			if r.out.done {
-				if r.out.same(sum, ok) {
+			if r.emitted != nil {
+				if reflect.DeepEqual(m, r.emitted) {
 					continue
 				}
 				p.stats.Corrections++
 			}
-			r.out = emitted{sum: sum, done: true, ok: ok}
+			r.emitted = m
 			out = append(out, m)
 			p.stats.RoundMetrics++
 		}
 	}
 	if len(c.updates) > 0 && (c.kind != kindInSitu || p.baseReady()) {
 		for _, u := range c.updates {
-			if int64(u.cycle)+1 > closed || (u.out.done && !u.dirty) {
+			if int64(u.cycle)+1 > closed || (u.emitted != nil && !u.dirty) {
 				continue
 			}
 			u.dirty = false
 			s := p.sample(c, u)
-			sum, ok := fingerprint(s)
-			if u.out.done {
-				if u.out.same(sum, ok) {
+			if u.emitted != nil {
+				if reflect.DeepEqual(s, u.emitted) {
 					continue
 				}
 				p.stats.Corrections++
 			}
-			u.out = emitted{sum: sum, done: true, ok: ok}
+			u.emitted = s
 			out = append(out, s)
 			p.stats.Samples++
 		}
