@@ -183,9 +183,9 @@ func TestAverageRestores(t *testing.T) {
 			t.Fatalf("input %d: averages restored at the weights predict %v, the weights alone %v", i, a[i].Mean, b[i].Mean)
 		}
 	}
-	if bad := (ModelConfig{AverageDecay: 1}); true {
+	for _, bad := range []ModelConfig{{AverageDecay: 1}, {WeightDecay: -1}} {
 		if _, err := NewModel(backend.NewCPU(), bad); err == nil {
-			t.Fatal("AverageDecay 1 accepted")
+			t.Fatalf("%+v accepted", bad)
 		}
 	}
 }
@@ -197,21 +197,6 @@ func BenchmarkTrainStepAverage(b *testing.B) {
 		name  string
 		decay float64
 	}{{"off", -1}, {"on", DefaultAverageDecay}} {
-		b.Run(c.name, func(b *testing.B) {
-			m, err := NewModel(backend.NewCPU(), ModelConfig{AverageDecay: c.decay})
-			if err != nil {
-				b.Fatal(err)
-			}
-			const bs = 256
-			data := SyntheticExamples(1, bs*8)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				k := i % 8
-				if _, err := m.TrainStep(data[k*bs : (k+1)*bs]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "samples/s")
-		})
+		b.Run(c.name, func(b *testing.B) { benchTrainSteps(b, ModelConfig{AverageDecay: c.decay}) })
 	}
 }

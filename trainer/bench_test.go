@@ -11,8 +11,12 @@ import (
 
 // BenchmarkTrainStep measures training throughput (samples/s) of the default
 // model on the CPU backend at the default batch size (256).
-func BenchmarkTrainStep(b *testing.B) {
-	m, err := NewModel(backend.NewCPU(), ModelConfig{})
+func BenchmarkTrainStep(b *testing.B) { benchTrainSteps(b, ModelConfig{}) }
+
+// benchTrainSteps times b.N training steps of batches of 256 synthetic
+// examples on a CPU model of cfg.
+func benchTrainSteps(b *testing.B, cfg ModelConfig) {
+	m, err := NewModel(backend.NewCPU(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

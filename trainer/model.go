@@ -201,6 +201,9 @@ func (c *ModelConfig) validate() error {
 	if c.LR <= 0 {
 		return fmt.Errorf("%w: learning rate must be positive", ErrConfig)
 	}
+	if !(c.WeightDecay >= 0) || math.IsInf(float64(c.WeightDecay), 0) {
+		return fmt.Errorf("%w: weight decay %v: want a finite value ≥ 0 (--weight-decay; 0: the structure's default)", ErrConfig, c.WeightDecay)
+	}
 	switch c.Structure {
 	case StructureAdditive:
 		if c.Rank < 1 || c.Rank > 64 {
