@@ -8,6 +8,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
+	"github.com/harnessflow/harnessflow/internal/chx"
 	"github.com/harnessflow/harnessflow/internal/kafkax"
 	"github.com/harnessflow/harnessflow/producers"
 	"github.com/harnessflow/harnessflow/producers/sim"
@@ -78,26 +80,32 @@ func (s *Stack) RunDemo(ctx context.Context, cfg sim.Config, progress io.Writer,
 		return nil, fmt.Errorf("simulate: deliver events: %w", err)
 	}
 	fmt.Fprintf(progress, "demo: sent %d events (%d cells); waiting for processing\n", len(events), want.Cells)
-	if err := waitProcessed(ctx, s.ClickHouseConn(), cfg.Campaign, want, progress, timeout); err != nil {
+	if err := waitProcessed(ctx, s.ClickHouseConn(), s.Endpoints().Database, cfg.Campaign, want, progress, timeout); err != nil {
 		return nil, err
 	}
 	return report.Build(ctx, s.ClickHouseConn(), "", cfg.Campaign)
 }
 
-// waitProcessed polls ClickHouse until the deduplicated row counts reach want.
-func waitProcessed(ctx context.Context, conn driver.Conn, campaign string, want DemoCounts, progress io.Writer, timeout time.Duration) error {
+// waitProcessed polls ClickHouse until the deduplicated row counts reach want
+// and every cell's summary covers its attempts (chddl.SummariesBehind: the
+// report reads cell figures from the summaries).
+func waitProcessed(ctx context.Context, conn driver.Conn, database, campaign string, want DemoCounts, progress io.Writer, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
 		got, err := countRows(ctx, conn, campaign)
+		var behind int
 		if err == nil {
-			line := fmt.Sprintf("demo: attempts %d/%d, samples %d/%d, round metrics %d/%d, cells finished %d/%d",
-				got.Attempts, want.Attempts, got.Samples, want.Samples, got.Rounds, want.Rounds, got.Cells, want.Cells)
+			behind, err = chddl.SummariesBehind(ctx, chx.Session(conn), database, campaign)
+		}
+		if err == nil {
+			line := fmt.Sprintf("demo: attempts %d/%d, samples %d/%d, round metrics %d/%d, cells finished %d/%d, cell summaries behind %d",
+				got.Attempts, want.Attempts, got.Samples, want.Samples, got.Rounds, want.Rounds, got.Cells, want.Cells, behind)
 			if line != last {
 				fmt.Fprintln(progress, line)
 				last = line
 			}
-			if got.Attempts >= want.Attempts && got.Samples >= want.Samples && got.Rounds >= want.Rounds && got.Cells >= want.Cells {
+			if got.Attempts >= want.Attempts && got.Samples >= want.Samples && got.Rounds >= want.Rounds && got.Cells >= want.Cells && behind == 0 {
 				return nil
 			}
 		}

@@ -138,6 +138,10 @@ type Stack struct {
 	log   zerolog.Logger
 	ready chan struct{}
 
+	// recomputeEvery is the sink's chsink.Config.RecomputeEvery (zero: its
+	// default); tests slow the summaries down with it.
+	recomputeEvery time.Duration
+
 	mu  sync.Mutex
 	ep  Endpoints
 	ch  driver.Conn
@@ -262,7 +266,7 @@ func (s *Stack) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sink, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database, SkipMigrate: true, SchemaRegistry: cfg.SchemaRegistry}, chsink.WithLogger(s.sub("sink")), chsink.WithRegisterer(reg))
+	sink, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: chAddr, Database: cfg.Database, SkipMigrate: true, SchemaRegistry: cfg.SchemaRegistry, RecomputeEvery: s.recomputeEvery}, chsink.WithLogger(s.sub("sink")), chsink.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,53 @@ var versionSQL = `    SELECT project, cell_id,
     FROM {db}.task_attempts{cellwhere}
     GROUP BY project, cell_id`
 
+// summariesBehindSQL counts the cells of a campaign ({campaign}, a quoted
+// literal) whose newest summary is older than their attempts: its version
+// is below the one versionSQL gives them now (a cell with attempts and no
+// summary counts too). Versions only grow with what a recomputation saw,
+// so a summary at its cell's version is current. One GROUP BY over both
+// sides, no JOIN, in cluster form (GLOBAL IN).
+var summariesBehindSQL = clusterSQL(`SELECT toUInt64(countIf(w > h)) FROM (
+    SELECT project, cell_id, sum(w) AS w, sum(h) AS h FROM (
+        SELECT project, cell_id, toUInt64(c_version - ` + strconv.FormatUint(NaturalKeyBase, 10) + `) AS w, toUInt64(0) AS h FROM (
+` + strings.Replace(versionSQL, "{cellwhere}", "\n    WHERE cell_id IN (SELECT cell_id FROM {db}.cells FINAL WHERE kind = 'started' AND campaign_id = {campaign})", 1) + `
+        )
+        UNION ALL
+        SELECT project, cell_id, toUInt64(0) AS w, toUInt64(max(_version) - ` + strconv.FormatUint(NaturalKeyBase, 10) + `) AS h
+        FROM {db}.cell_scores
+        WHERE _version >= ` + strconv.FormatUint(NaturalKeyBase, 10) + ` AND cell_id IN (SELECT cell_id FROM {db}.cells FINAL WHERE kind = 'started' AND campaign_id = {campaign})
+        GROUP BY project, cell_id
+    )
+    GROUP BY project, cell_id
+)`)
+
+// SummariesBehind is the number of campaign's cells whose cell_scores
+// summary does not cover every attempt (and every late refusal) database
+// holds now, so that v_cell_scores would read figures from before them.
+// A sink recomputes a cell's summary after inserting its attempts, at most
+// once per its --recompute-every: for that moment after the last attempts
+// land, a reader that counts rows only would read the summary before them.
+// Whoever must read a campaign's final figures (the demo's report) waits
+// for 0. It holds on a single server and on a cluster's Distributed tables.
+func SummariesBehind(ctx context.Context, s Session, database, campaign string) (int, error) {
+	if strings.TrimSpace(database) == "" {
+		return 0, ErrNoDatabase
+	}
+	stmt := strings.NewReplacer(DBPlaceholder, QuoteIdent(database), "{campaign}", QuoteString(campaign)).Replace(summariesBehindSQL)
+	_, rows, err := s.QueryStrings(ctx, stmt)
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return 0, fmt.Errorf("chddl: summaries behind: %d rows, want one value", len(rows))
+	}
+	n, err := strconv.Atoi(rows[0][0])
+	if err != nil {
+		return 0, fmt.Errorf("chddl: summaries behind: %w", err)
+	}
+	return n, nil
+}
+
 // VersionBase is added to the count of events a cell_scores summary was
 // computed from to make its _version (2^62) by releases before the natural
 // keys (0009): above the wall-clock versions (unix nanoseconds, about

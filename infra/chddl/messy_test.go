@@ -553,10 +553,35 @@ func TestMessyCampaignsViewsCluster(t *testing.T) {
 		}
 	}
 	sync("campaigns", "cells", "task_attempts", "skill_events", "adherence_judgments", "rejected_events")
+	// Every cell with attempts is behind its (missing) summary until it is
+	// recomputed; after, the cells left out of the recomputation still are.
+	cellsWith := func(cond string) int {
+		t.Helper()
+		_, rows, err := chx.QueryStrings(ctx, writer, "SELECT count() FROM (SELECT DISTINCT project, cell_id FROM task_attempts WHERE "+cond+")")
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("count cells: %v %v", rows, err)
+		}
+		n, _ := strconv.Atoi(rows[0][0])
+		return n
+	}
+	behind := func() int {
+		t.Helper()
+		n, err := chddl.SummariesBehind(ctx, chx.Session(writer), db, "c1")
+		if err != nil {
+			t.Fatalf("summaries behind through the cluster: %v", err)
+		}
+		return n
+	}
+	if got, want := behind(), cellsWith("1"); got != want || want == 0 {
+		t.Errorf("before any recomputation: %d cells behind, want %d (every cell with attempts)", got, want)
+	}
 	if err := chddl.RecomputeCellScores(ctx, chx.Session(writer), db, messyRecomputed); err != nil {
 		t.Fatalf("recompute through the cluster: %v", err)
 	}
 	sync("cell_scores")
+	if got, want := behind(), cellsWith("cell_id NOT IN ('"+strings.Join(messyRecomputed, "','")+"')"); got != want {
+		t.Errorf("after recomputing %v: %d cells behind, want %d (the others)", messyRecomputed, got, want)
+	}
 	for _, i := range []int{1, 2} {
 		r := open(i, db)
 		runMessyChecks(t, cl.Nodes()[i].Name(), checks, func(q string) ([][]string, error) {
@@ -605,6 +630,89 @@ func TestMigrate0009BackfillsSummaries(t *testing.T) {
 			}
 			if got := e.one(t, "SELECT pass_rate FROM {db}.v_cell_scores WHERE project = 'bf'"); got != "100" {
 				t.Errorf("v_cell_scores: %s, want 100", got)
+			}
+		})
+	}
+}
+
+// TestSummariesBehind: a campaign's cell whose attempts (or late refusals)
+// are newer than its summary is behind until the next recomputation, one
+// without any summary too; cells of other campaigns do not count. On 18.16
+// and the current engine.
+func TestSummariesBehind(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range bothEngines(t) {
+		t.Run(e.name, func(t *testing.T) {
+			if _, err := chddl.Migrate(ctx, e.s, e.db); err != nil {
+				t.Fatal(err)
+			}
+			behind := func(campaign string) int {
+				t.Helper()
+				n, err := chddl.SummariesBehind(ctx, e.s, e.db, campaign)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			cell := func(id, cellID, campaign string) {
+				e.exec(t, "INSERT INTO {db}.cells (event_id, project, kind, cell_id, campaign_id, benchmark, agent_model, evolver_model, seed, route, _version) "+
+					"SELECT '"+id+"', 'sb', 'started', '"+cellID+"', '"+campaign+"', 'swe', 'A1', '', toInt32(1), 'baseline', toUInt64(1)")
+			}
+			attempt := func(id, cellID, task string) {
+				e.exec(t, "INSERT INTO {db}.task_attempts (event_id, event_time_ms, project, cell_id, task_id, attempt, status, success, final, score, _version) "+
+					"SELECT '"+id+"', toInt64(1000), 'sb', '"+cellID+"', '"+task+"', toInt32(1), 'ok', toUInt8(1), toUInt8(1), toFloat64(1), toUInt64(1)")
+			}
+			recompute := func(cells ...string) {
+				t.Helper()
+				var keys []chddl.CellKey
+				for _, c := range cells {
+					keys = append(keys, chddl.CellKey{Project: "sb", CellID: c})
+				}
+				if err := chddl.RecomputeCells(ctx, e.s, e.db, keys); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cell("c-x", "X", "camp")
+			cell("c-y", "Y", "camp")
+			cell("c-o", "O", "other")
+			if n := behind("camp"); n != 0 {
+				t.Fatalf("cells without attempts: %d behind, want 0", n)
+			}
+			attempt("x1", "X", "t1")
+			attempt("y1", "Y", "t1")
+			attempt("y2", "Y", "t2")
+			attempt("o1", "O", "t1")
+			if n := behind("camp"); n != 2 {
+				t.Fatalf("two cells with attempts and no summary: %d behind, want 2", n)
+			}
+			recompute("X", "Y")
+			if n := behind("camp"); n != 0 {
+				t.Fatalf("after the recomputation: %d behind, want 0", n)
+			}
+			attempt("x2", "X", "t2")
+			attempt("x2", "X", "t2") // a redelivered copy is no new attempt
+			if n := behind("camp"); n != 1 {
+				t.Fatalf("a new attempt of X: %d behind, want 1", n)
+			}
+			recompute("X")
+			attempt("y1", "Y", "t1") // a copy of an attempt the summary saw
+			if n := behind("camp"); n != 0 {
+				t.Fatalf("after recomputing X, with a copy of Y's attempt: %d behind, want 0", n)
+			}
+			e.exec(t, "INSERT INTO {db}.rejected_events (event_id, project, stage, reason_code, message, source_topic, source_partition, source_offset, payload, source_event_id, _version) "+
+				"SELECT 'dl-y1', 'sb', 'limit', 'late_beyond_window', 'late', 'hf.attempts', toInt32(0), toInt64(0), '', 'y1', toUInt64(1)")
+			if n := behind("camp"); n != 1 {
+				t.Fatalf("a late refusal of Y's attempt: %d behind, want 1", n)
+			}
+			recompute("Y")
+			if n := behind("camp"); n != 0 {
+				t.Fatalf("after recomputing Y: %d behind, want 0", n)
+			}
+			if n := behind("other"); n != 1 {
+				t.Fatalf("campaign other (O never recomputed): %d behind, want 1", n)
+			}
+			if n := behind("it's none"); n != 0 {
+				t.Fatalf("an unknown campaign with a quote: %d behind, want 0", n)
 			}
 		})
 	}
