@@ -125,6 +125,12 @@ func TestTinyContentLengthUploadsAreBounded(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "32 stalled one-byte uploads fill projA's share", func() bool {
 		var code int
 		code, msg = g.post("tok-a", jsonOf(t, producerstest.TaskAttempt(1, "")))
+		if code == http.StatusAccepted {
+			// It was read before some stalled uploads (a loaded machine),
+			// took a share while delivered, and one of them was refused
+			// 503 meanwhile: one stalled upload more takes its place.
+			stall(t, g, "tok-a", 1, "")
+		}
 		return code == http.StatusServiceUnavailable && strings.Contains(string(msg), " 32 requests of this project")
 	})
 	if code, msg := g.post("tok-b", jsonOf(t, producerstest.TaskAttempt(2, ""))); code != http.StatusAccepted {
