@@ -103,6 +103,12 @@ var summariesBehindSQL = clusterSQL(`SELECT toUInt64(countIf(w > h)) FROM (
     GROUP BY project, cell_id
 )`)
 
+// SummariesBehindSQL is SummariesBehind's query, for a client that runs it
+// itself (clickhouse-client): one row, one UInt64.
+func SummariesBehindSQL(database, campaign string) string {
+	return strings.NewReplacer(DBPlaceholder, QuoteIdent(database), "{campaign}", QuoteString(campaign)).Replace(summariesBehindSQL)
+}
+
 // SummariesBehind is the number of campaign's cells whose cell_scores
 // summary does not cover every attempt (and every late refusal) database
 // holds now, so that v_cell_scores would read figures from before them.
@@ -115,8 +121,7 @@ func SummariesBehind(ctx context.Context, s Session, database, campaign string) 
 	if strings.TrimSpace(database) == "" {
 		return 0, ErrNoDatabase
 	}
-	stmt := strings.NewReplacer(DBPlaceholder, QuoteIdent(database), "{campaign}", QuoteString(campaign)).Replace(summariesBehindSQL)
-	_, rows, err := s.QueryStrings(ctx, stmt)
+	_, rows, err := s.QueryStrings(ctx, SummariesBehindSQL(database, campaign))
 	if err != nil {
 		return 0, err
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harnessflow/harnessflow/infra/chddl"
 	"github.com/harnessflow/harnessflow/producers/sim"
 	"github.com/harnessflow/harnessflow/schemas"
 )
@@ -44,7 +45,10 @@ func campaign() sim.Config {
 }
 
 // counts are a campaign's deduplicated rows in ClickHouse.
-type counts struct{ Attempts, Samples, Rounds, Cells int }
+// counts are a campaign's deduplicated rows and, Behind, its cells whose
+// summary misses some of their attempts (chddl.SummariesBehind; 0 once
+// every figure is final).
+type counts struct{ Attempts, Samples, Rounds, Cells, Behind int }
 
 // TestCompose runs the single-node shape, then the cluster shape, and checks
 // that the cluster's report equals the single node's.
@@ -148,6 +152,7 @@ func TestCompose(t *testing.T) {
 		}
 		// The report through a replica of each shard is the single node's.
 		for _, n := range []string{"clickhouse", "clickhouse-s2r2"} {
+			s.waitSummaries(n, 2*time.Minute)
 			got := s.compose(3*time.Minute, "run", "--rm", "-T", "report",
 				"report", "--clickhouse", n+":9000", "--clickhouse-password-file", "/run/secrets/clickhouse_password", "--database", "harnessflow")
 			if got != single {
@@ -388,6 +393,27 @@ func (s *shape) counts() counts {
 		Samples:  n("SELECT count() FROM labeled_samples FINAL WHERE campaign_id = 'demo'"),
 		Rounds:   n("SELECT count() FROM round_metrics FINAL WHERE campaign_id = 'demo'"),
 		Cells:    n("SELECT count() FROM cells FINAL WHERE kind = 'finished' AND cell_id GLOBAL IN " + started),
+		Behind:   n(chddl.SummariesBehindSQL("harnessflow", "demo")),
+	}
+}
+
+// waitSummaries waits until, read through node, every cell's summary covers
+// its attempts (chddl.SummariesBehind): the report reads the cells'
+// figures from their summaries, which the sinks write after the attempts
+// (on a cluster also after the replicas agree), so counts alone do not say
+// that the figures are final.
+func (s *shape) waitSummaries(node string, timeout time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n := s.query(node, chddl.SummariesBehindSQL("harnessflow", "demo"))
+		if n == "0" {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("through %s, %s cells' summaries still miss some of their attempts after %s", node, n, timeout)
+		}
+		time.Sleep(2 * time.Second)
 	}
 }
 
