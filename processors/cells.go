@@ -1,6 +1,9 @@
 package processors
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"slices"
 	"strconv"
 	"time"
 
@@ -140,13 +143,115 @@ type projUse struct {
 // cost in both stages (stage A's cellState and maps, stage B's cell and
 // pairer; BenchmarkCellAttack measures about 9 KiB of live heap per open
 // cell of a pairing key of its own, stage B's share of the evCache
-// included), and each admitted event's, on top of its encoded size (its
-// ids in stage A's sets, its attempt row, outcome and map slots in stage
-// B).
+// included), and each admitted event's: while its cell is open, eventCharge
+// on top of its encoded size (its id in stage A's set of the cell's
+// attempts, the evCache, the scorer's row); what the scorer keeps of it
+// once its cell finished, keptCharge.
 const (
 	cellCharge  = 8192
 	eventCharge = 128
 )
+
+// What the scorer keeps of a finished cell's events (processors/score,
+// compact.go; TestRetainedFinishedStateIsCompact measures it), beyond the
+// strings keptCharge adds: a task_attempt's id hash, winner row, slot,
+// index entry and round entry (about 70 bytes); a skill_event's or
+// judgment's id hash and row, and its slot when its attempt has none
+// (about 35 to 80 bytes); a cell_finished's id hash. Other events (cell
+// started, harness updates: their text, evidence and fields) keep about
+// what they do while open.
+const (
+	attemptKept  = 80
+	skillKept    = 64
+	judgmentKept = 80
+	finishKept   = 16
+)
+
+// keptCharge is what the scorer keeps of m once its cell finished (the
+// retention window for late events), an upper estimate: its constant
+// part, plus the strings it may keep whole (the event id, usually kept in
+// a few bytes; the task id, the task input, names).
+func keptCharge(m *inMsg) int64 {
+	switch e := m.ev.(type) {
+	case *schemas.TaskAttempt:
+		return attemptKept + int64(len(e.EventID)+len(e.TaskID)+len(e.TaskInput))
+	case *schemas.SkillEvent:
+		return skillKept + int64(len(e.EventID)+len(e.TaskID)+len(e.SkillName))
+	case *schemas.AdherenceJudgment:
+		return judgmentKept + int64(len(e.EventID)+len(e.TaskID)+len(e.SkillName)+len(e.JudgeModel))
+	case *schemas.CellFinished:
+		return finishKept
+	}
+	return stateCharge(m)
+}
+
+// charge is what admitting m charges the cell cs: stateCharge while it is
+// open, keptCharge once it finished.
+func charge(cs *cellState, m *inMsg) int64 {
+	if cs.finished {
+		return keptCharge(m)
+	}
+	return stateCharge(m)
+}
+
+// strSet is a set of a cell's strings: a map while the cell is open;
+// once it finished (freeze), the sorted 128-bit digests (SHA-256) of its
+// strings, which late events are checked against. SHA-256 is collision
+// resistant, so no two strings a producer sends share a digest (chance
+// about n²/2^129 for n strings): the decisions are the map's, and still a
+// function of the log.
+type strSet struct {
+	m      map[string]struct{}
+	d      [][16]byte
+	frozen bool
+}
+
+func digest(s string) [16]byte {
+	h := sha256.Sum256([]byte(s))
+	return [16]byte(h[:16])
+}
+
+func (s *strSet) has(x string) bool {
+	if !s.frozen {
+		_, ok := s.m[x]
+		return ok
+	}
+	_, ok := slices.BinarySearchFunc(s.d, digest(x), func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+	return ok
+}
+
+func (s *strSet) add(x string) {
+	if !s.frozen {
+		if s.m == nil {
+			s.m = map[string]struct{}{}
+		}
+		s.m[x] = struct{}{}
+		return
+	}
+	d := digest(x)
+	i, ok := slices.BinarySearchFunc(s.d, d, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+	if !ok {
+		s.d = slices.Insert(s.d, i, d)
+	}
+}
+
+// freeze turns the map into sorted digests.
+func (s *strSet) freeze() {
+	if s.frozen {
+		return
+	}
+	s.frozen = true
+	if len(s.m) == 0 {
+		s.m = nil
+		return
+	}
+	s.d = make([][16]byte, 0, len(s.m))
+	for x := range s.m {
+		s.d = append(s.d, digest(x))
+	}
+	slices.SortFunc(s.d, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+	s.m = nil
+}
 
 // cellKey identifies a cell: its project and its cell id. Two projects
 // that use the same cell id have two cells, whose events never meet.
@@ -164,13 +269,15 @@ type cellState struct {
 	id      cellKey
 	key     []byte // pairing key
 	current string // current harness version
-	known   map[string]struct{}
-	hashes  map[string]struct{}
-	ids     map[string]struct{} // admitted update event ids (a redelivered update is skipped, not a duplicate_content)
+	// known are the versions attempts may run (h0, accepted updates'
+	// to_version), hashes the artifacts' content hashes, ids the admitted
+	// update event ids (a redelivered update is skipped, not a
+	// duplicate_content).
+	known, hashes, ids strSet
 	// updateIDs are the admitted updates' update_id (their natural key): a
 	// re-send under a new event id is passed on, unchecked (the scorer
 	// keeps the winner), and changes no version.
-	updateIDs map[string]struct{}
+	updateIDs strSet
 	// attempts are the admitted task_attempt ids: a cell_finished waits until
 	// their count reaches its attempts field. Dropped when the cell finishes.
 	attempts map[string]struct{}
@@ -350,15 +457,15 @@ func (c *cells) admit(cs *cellState, m *inMsg, emit bool, out *sink, now time.Ti
 	t := m.ev.Type()
 	switch t {
 	case schemas.TypeHarnessUpdate:
-		cs.ids[m.ev.Header().EventID] = struct{}{}
-		cs.updateIDs[m.ev.(*schemas.HarnessUpdate).UpdateID] = struct{}{}
+		cs.ids.add(m.ev.Header().EventID)
+		cs.updateIDs.add(m.ev.(*schemas.HarnessUpdate).UpdateID)
 	case schemas.TypeTaskAttempt:
 		if cs.attempts != nil {
 			cs.attempts[m.ev.Header().EventID] = struct{}{}
 		}
 	}
 	if t != schemas.TypeCellFinished {
-		ch := stateCharge(m)
+		ch := charge(cs, m)
 		cs.bytes += ch
 		cs.proj.bytes += ch
 		if t == schemas.TypeHarnessUpdate || cs.finished {
@@ -404,7 +511,7 @@ func (c *cells) semantic(m *inMsg, emit bool, out *sink, now time.Time) {
 	// A finished cell's late events are charged too (admit): stage B keeps
 	// them with the cell's inputs for its retention window, so a flood of
 	// them must meet the cap as an open cell's events do.
-	if m.ev.Type() != schemas.TypeCellFinished && cs.proj.bytes+stateCharge(m) > c.cfg.MaxStateBytes && !c.redelivered(cs, m) {
+	if m.ev.Type() != schemas.TypeCellFinished && cs.proj.bytes+charge(cs, m) > c.cfg.MaxStateBytes && !c.redelivered(cs, m) {
 		c.deadLetter(m, c.overBytes(cs.proj, m), emit, out)
 		return
 	}
@@ -461,13 +568,12 @@ func (c *cells) started(cs *cellState, id cellKey, st *schemas.CellStarted, m *i
 	// producer input (a forged 2^31 would reserve megabytes per cell).
 	cs = &cellState{
 		id: id, key: []byte(score.PairingKey(st.Project, st)), current: st.H0Version,
-		known:  map[string]struct{}{st.H0Version: {}},
-		hashes: map[string]struct{}{}, ids: map[string]struct{}{}, updateIDs: map[string]struct{}{},
 		attempts:  map[string]struct{}{},
 		startedID: st.EventID,
 		proj:      pu, bytes: cellCharge, keep: cellCharge,
 		startOff: m.offset, startTime: m.ts,
 	}
+	cs.known.add(st.H0Version)
 	pu.open++
 	pu.cells++
 	pu.bytes += cellCharge
@@ -484,7 +590,7 @@ func (c *cells) started(cs *cellState, id cellKey, st *schemas.CellStarted, m *i
 // waits for the update that introduces it, or is a dead letter once the
 // cell finished.
 func (c *cells) attempt(cs *cellState, id cellKey, ev *schemas.TaskAttempt, m *inMsg, emit bool, out *sink, now time.Time) {
-	if _, ok := cs.known[ev.HarnessVersion]; !ok && ev.HarnessVersion != "" {
+	if !cs.known.has(ev.HarnessVersion) && ev.HarnessVersion != "" {
 		if cs.finished {
 			c.deadLetter(m, unknownVersion(ev, "the cell finished"), emit, out)
 			return
@@ -503,11 +609,11 @@ func (c *cells) attempt(cs *cellState, id cellKey, ev *schemas.TaskAttempt, m *i
 // evidence. An accepted update introduces its version, which releases the
 // attempts (and the finish) waiting for it.
 func (c *cells) update(cs *cellState, id cellKey, ev *schemas.HarnessUpdate, m *inMsg, emit bool, out *sink, now time.Time) {
-	if _, dup := cs.ids[ev.EventID]; dup {
+	if cs.ids.has(ev.EventID) {
 		c.m.duplicates.Inc()
 		return
 	}
-	if _, resent := cs.updateIDs[ev.UpdateID]; resent {
+	if cs.updateIDs.has(ev.UpdateID) {
 		// The same update (natural key: cell, update_id) under a new event
 		// id: one update, whichever copy wins (the greatest event time and
 		// event id, in the scorer and the views alike). It is not checked
@@ -525,7 +631,7 @@ func (c *cells) update(cs *cellState, id cellKey, ev *schemas.HarnessUpdate, m *
 		if a.Op == schemas.OpRemove {
 			continue
 		}
-		if _, ok := cs.hashes[artifactHash(a)]; ok {
+		if cs.hashes.has(artifactHash(a)) {
 			c.deadLetter(m, reject(schemas.StageSemantic, CodeDuplicateContent,
 				"artifact %q (%s) repeats content already in the cell (sha256 %s)", a.Name, a.Kind, artifactHash(a)), emit, out)
 			return
@@ -538,12 +644,12 @@ func (c *cells) update(cs *cellState, id cellKey, ev *schemas.HarnessUpdate, m *
 	}
 	for i := range ev.Artifacts {
 		if ev.Artifacts[i].Op != schemas.OpRemove {
-			cs.hashes[artifactHash(&ev.Artifacts[i])] = struct{}{}
+			cs.hashes.add(artifactHash(&ev.Artifacts[i]))
 		}
 	}
 	c.admit(cs, m, emit, out, now)
 	if ev.Accepted {
-		cs.known[ev.ToVersion] = struct{}{}
+		cs.known.add(ev.ToVersion)
 		if !ev.RolledBack {
 			cs.current = ev.ToVersion
 		}
@@ -597,6 +703,11 @@ func (c *cells) finish(cs *cellState, id cellKey, ev *schemas.CellFinished, m *i
 	c.admit(cs, m, emit, out, now)
 	cs.finished, cs.finishedID, cs.finishedLog, cs.finishedWall = true, ev.EventID, m.ts, now
 	cs.attempts, cs.heldFinish = nil, false
+	// What late events are checked against, compact.
+	cs.known.freeze()
+	cs.hashes.freeze()
+	cs.ids.freeze()
+	cs.updateIDs.freeze()
 	// A finished cell keeps its fixed part and its updates until evicted.
 	c.unlink(cs)
 	cs.proj.open--
@@ -636,11 +747,10 @@ func (c *cells) redelivered(cs *cellState, m *inMsg) bool {
 	if !ok {
 		return false
 	}
-	_, dup := cs.ids[u.EventID]
-	return dup
+	return cs.ids.has(u.EventID)
 }
 
-// stateCharge is what admitting m charges its cell against
+// stateCharge is what admitting m charges its open cell against
 // Config.MaxStateBytes.
 func stateCharge(m *inMsg) int64 { return int64(len(m.value)) + eventCharge }
 

@@ -65,9 +65,12 @@ type Config struct {
 	MaxOpenCells int
 	// MaxStateBytes caps the state bytes one project may hold on one
 	// assigned partition: an estimate of what the admitted events of its
-	// cells cost in both stages (each event's encoded size plus a fixed
-	// overhead, a cell's fixed maps; a finished cell keeps its fixed part and
-	// its updates until it is evicted). An event that would take its project
+	// cells cost in both stages (a cell's fixed part; an open cell's event,
+	// its encoded size plus a fixed overhead; a finished cell's, what the
+	// scorer keeps of it, doc.go "Late events"; a finished cell keeps its
+	// fixed part, its updates and its late events until it is evicted).
+	// Stage B caps its finished cells' state per project by it too. An
+	// event that would take its project
 	// past it is dead-lettered (stage limit, state_bytes_cap); a
 	// cell_finished never is. Default: DefaultMaxStateBytes (64 MiB).
 	MaxStateBytes int64

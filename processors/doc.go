@@ -147,6 +147,13 @@
 // the cell (past the cap they are refused state_bytes_cap); stage B charges
 // each finished cell's inputs, late events included, and past the cap
 // forgets the project's oldest finished cells before their window ends.
+// Both charge a finished cell's event what the scorer keeps of it
+// (keptCharge): the scorer keeps a cell's inputs compact (processors/score,
+// "Memory"), about 70 to 100 bytes of live heap per event of a finished
+// cell in both stages together (TestRetainedFinishedStateIsCompact), so a
+// task_attempt is charged 80 bytes plus its event id, task id and task
+// input, a skill_event 64 and a judgment 80 bytes plus their ids and
+// names, a cell_finished 16 bytes, other events as while open.
 // Stage B never forgets a cell whose outputs still wait for the baseline
 // (it asks again a window later). An
 // event of a cell past its window is refused: stage limit, reason
@@ -261,12 +268,16 @@
 // State is bounded by design, not by numbers a client sends: no map or
 // slice is sized from an event's field (task_count, batch_size); per
 // project and partition, stage A holds at most Config.MaxOpenCells
-// unfinished cells and Config.MaxStateBytes of state (an estimate: each
-// admitted event's encoded size plus 128 bytes, 8 KiB per cell for its
-// fixed maps in both stages; a finished cell keeps its fixed part, its
-// updates and its late events until evicted), dead-lettering what goes
-// past either (stage limit); stage B caps its finished cells' state per
-// project alike (see "Late events"). An unfinished cell with no admitted event for Config.CellIdle, on
+// unfinished cells and Config.MaxStateBytes of state (an estimate: 8 KiB
+// per cell for its fixed part in both stages; each event admitted while
+// its cell is open, its encoded size plus 128 bytes; each event of a
+// finished cell, what the scorer keeps of it, see "Late events"; a
+// finished cell keeps its fixed part, its updates and its late events
+// until evicted), dead-lettering what goes past either (stage limit);
+// stage B caps its finished cells' state per project alike (see "Late
+// events"). A finished cell's state in stage A is compact too: the
+// versions, content hashes and update ids that late events are checked
+// against are kept as sorted 128-bit SHA-256 digests (strSet). An unfinished cell with no admitted event for Config.CellIdle, on
 // the log clock or the wall clock, ages out: stage A drops it with a
 // limit/cell_idle dead letter at its cell_started's coordinates, stage B
 // drops a pairing key whose pairer saw no event for as long (checked every

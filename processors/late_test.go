@@ -96,7 +96,8 @@ func TestLateEventsOfFinishedCellMeetTheStateCap(t *testing.T) {
 	if d := deadLetters(t, derived); len(d) != 0 {
 		t.Fatalf("dead letters before the late events: %+v", d[0])
 	}
-	for i := 1; i <= 40; i++ {
+	const late = 100
+	for i := 1; i <= late; i++ {
 		l.feed(schemas.TopicAttempts, encodeMsg(t, attemptOf("proj-a", "c", "t"+itoa(i), boundsT0), boundsT0), now, &derived)
 	}
 	// Stage A refuses those past its cap (at their raw coordinates);
@@ -112,8 +113,8 @@ func TestLateEventsOfFinishedCellMeetTheStateCap(t *testing.T) {
 			t.Errorf("dead letter %s/%s at %s: %s", r.Stage, r.ReasonCode, r.SourceTopic, r.Message)
 		}
 	}
-	if capped == 0 || capped == 40 {
-		t.Fatalf("stage A refused %d of 40 late attempts state_bytes_cap, want those past the cap", capped)
+	if capped == 0 || capped == late {
+		t.Fatalf("stage A refused %d of %d late attempts state_bytes_cap, want those past the cap", capped, late)
 	}
 	if pu := l.a.projects["proj-a"]; pu.bytes > l.cfg.MaxStateBytes {
 		t.Errorf("proj-a is charged %d bytes, over the cap %d", pu.bytes, l.cfg.MaxStateBytes)
@@ -125,7 +126,13 @@ func TestLateEventsOfFinishedCellMeetTheStateCap(t *testing.T) {
 // project's oldest finished cell is forgotten early, and its later event
 // is refused late_beyond_window.
 func TestStageBCapsFinishedCells(t *testing.T) {
-	const cap = 2*cellCharge + 2600
+	// Each cell: cell_started and 8 attempts of a 1000-byte task input.
+	// Stage B charges a finished cell about 17.1 KB (cellCharge and
+	// keptCharge: about 1.1 KB an attempt); stage A an open one about 17.9
+	// KB (stateCharge), a finished one cellCharge. The cap holds one
+	// finished cell and an open one in stage A, not two finished cells in
+	// stage B.
+	const cap = 2*cellCharge + 12000
 	l := newLocal(t, Config{MaxStateBytes: cap, FinishHold: -1})
 	var derived []kafka.Message
 	now := time.Now()
@@ -134,7 +141,9 @@ func TestStageBCapsFinishedCells(t *testing.T) {
 		st.Route = schemas.RouteProduction // its outputs wait for no baseline
 		l.feed(schemas.TopicCells, encodeMsg(t, st, boundsT0), now, &derived)
 		for i := 0; i < 8; i++ {
-			l.feed(schemas.TopicAttempts, encodeMsg(t, attemptOf("p", name, "t"+itoa(i), boundsT0), boundsT0), now, &derived)
+			a := attemptOf("p", name, "t"+itoa(i), boundsT0)
+			a.TaskInput = strings.Repeat("x", 1000)
+			l.feed(schemas.TopicAttempts, encodeMsg(t, a, boundsT0), now, &derived)
 		}
 		l.feed(schemas.TopicCells, encodeMsg(t, finishedOf("p", name, 8, boundsT0), boundsT0), now, &derived)
 	}

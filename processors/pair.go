@@ -48,9 +48,10 @@ type pairState struct {
 	camp     *schemas.CampaignDeclared // the declaration whose params are applied
 	campVer  uint64                    // campaignTable.version when camp was looked up
 	started  map[cellKey]bool
-	// acct is the state charged for each cell the Pairer holds (as stage
-	// A charges it: cellCharge, and each admitted event's size plus
-	// eventCharge), and its finishedCell once it finished.
+	// acct is the state charged for each cell the Pairer holds
+	// (cellCharge, and what the scorer keeps of each admitted event once
+	// the cell finished, keptCharge, as stage A charges a finished cell's
+	// late events), and its finishedCell once it finished.
 	acct      map[cellKey]*cellAcct
 	buf       map[cellKey][]*inMsg
 	hadCell   bool
@@ -243,7 +244,7 @@ func (s *pairs) add(ps *pairState, m *inMsg, ev schemas.Event, emit bool, out *s
 func (s *pairs) charge(ps *pairState, m *inMsg, ev schemas.Event) {
 	ck := keyOf(ev)
 	a := ps.acct[ck]
-	ch := int64(len(m.value)) + eventCharge
+	ch := keptCharge(m)
 	if a == nil {
 		if st, ok := ev.(*schemas.CellStarted); ok && ps.p.Holds(st.CellID) {
 			ps.acct[ck] = &cellAcct{bytes: cellCharge + ch}

@@ -16,7 +16,7 @@ type baseline struct {
 
 // score returns the baseline's score on a task (its attempt-1 winner's;
 // 0 when its status is not ok).
-func (b *baseline) score(task string) (float64, bool) {
+func (b *baseline) score(task []byte) (float64, bool) {
 	if b.cell != nil {
 		if rec := b.cell.baseRec(task); rec != nil {
 			return rec.score, true
@@ -24,7 +24,7 @@ func (b *baseline) score(task string) (float64, bool) {
 		return 0, false
 	}
 	if b.frozen != nil {
-		return b.frozen.get(task)
+		return b.frozen.get(string(task))
 	}
 	return 0, false
 }
@@ -44,9 +44,11 @@ func (b *baseline) freeze() {
 		return
 	}
 	m := map[string]float64{}
-	for tk := range b.cell.attempts {
-		if tk.attempt == 1 {
-			m[tk.task], _ = b.score(tk.task)
+	c := b.cell
+	for i := range c.slots {
+		if s := &c.slots[i]; s.attempt == 1 && s.att != 0 {
+			task := c.taskOf(int32(i))
+			m[string(task)] = c.baseRec(task).score
 		}
 	}
 	b.frozen, b.at, b.cell = freezeScores(m), b.cell.maxTime, nil
@@ -66,13 +68,14 @@ func (p *Pairer) baseReady() bool { return p.base != nil && p.base.finished }
 
 // baseRec is a baseline cell's attempt 1 of task: the lowest cycle's,
 // should the task have been solved in several rounds; nil if none.
-func (c *cell) baseRec(task string) *attemptRec {
-	best := c.attempts[tkey{task, 1}]
-	if best == nil {
+func (c *cell) baseRec(task []byte) *attemptRec {
+	s := c.findSlotBytes(task, 1)
+	if s < 0 || c.slots[s].att == 0 {
 		return nil
 	}
-	for r := best.next; r != nil; r = r.next {
-		if r.cycle < best.cycle {
+	best := &c.recs[c.slots[s].att-1]
+	for i := best.next; i != 0; i = c.recs[i-1].next {
+		if r := &c.recs[i-1]; r.cycle < best.cycle {
 			best = r
 		}
 	}

@@ -17,26 +17,27 @@ import (
 // evidence task's attempt-1 winner in the update's own round.
 func (c *cell) query(u *pendingUpdate) (string, time.Time) {
 	var b strings.Builder
-	at := u.at
-	for i, id := range u.evidence {
+	at := msTime(u.verMs)
+	for i, ref := range u.evidence {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		o := c.attempt(akey{id, u.cycle, 1})
+		id := c.arena.raw(ref)
+		o, oi := c.attempt(id, u.cycle, 1)
 		if o == nil {
 			fmt.Fprintf(&b, "task %s: no outcome in this cell", id)
 			continue
 		}
 		verdict := "fail"
-		if o.success {
+		if o.success() {
 			verdict = "pass"
 		}
 		fmt.Fprintf(&b, "task %s: %s score=%s", id, verdict, strconv.FormatFloat(o.score, 'f', -1, 64))
-		if o.input != "" {
+		if in, ok := c.inputs[oi]; ok {
 			b.WriteString("\ninput: ")
-			b.WriteString(o.input)
+			b.Write(c.arena.raw(in))
 		}
-		at = maxTime(at, o.at)
+		at = maxTime(at, msTime(o.ms))
 	}
 	if u.summary != "" {
 		if b.Len() > 0 {
@@ -103,79 +104,89 @@ func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 		Cycle: r.cycle,
 	}
 	lifted := c.kind != kindBaseline && c.kind != kindProduction && p.base != nil
-	var at time.Time
+	var atMs int64
+	hasAt := false
+	seeAt := func(ms int64) {
+		if !hasAt || ms > atMs {
+			atMs, hasAt = ms, true
+		}
+	}
 	var n, passes, offered, loaded, loadedPass int
 	var sum float64
 	var lift, adhLoad, adhFinal meanAcc
 	var sel []*judgRec
-	for _, rec := range r.sorted() {
-		k := rec.key
-		at = maxTime(at, rec.at)
-		if k.attempt == 1 {
+	for _, si := range c.sorted(r) {
+		rec := c.rec(si, r.cycle)
+		sl := &c.slots[si]
+		seeAt(rec.ms)
+		if sl.attempt == 1 {
 			n++
-			if rec.success {
+			if rec.success() {
 				passes++
 			}
 			sum += rec.score
 			if lifted {
-				if b, ok := p.base.score(k.task); ok {
-					l := rec.score - b
-					lift.add(&l)
+				if b, ok := p.base.score(c.taskOf(si)); ok {
+					lift.add(rec.score - b)
 				}
 			}
 		}
-		tk := tkey{k.task, k.attempt}
-		multi := c.multi > 0 && c.cyclesOf(tk).n > 1
+		multi := c.multi > 0 && c.multiCycle(si)
 		isLoaded := false
-		var loads []*loadRec
-		if len(c.loads) > 0 {
-			loads = c.loads[tk]
-		}
-		for _, lr := range loads {
+		for li := sl.load; li != 0; li = c.loads[li-1].next {
+			lr := &c.loads[li-1]
 			if multi {
-				if cy, _ := c.owner(tk, lr.ver.ms); cy != k.cycle {
+				if cy, _ := c.owner(si, lr.ms); cy != rec.cycle {
 					continue
 				}
 			}
-			at = maxTime(at, lr.at)
-			isLoaded = isLoaded || lr.loaded
+			seeAt(lr.ms)
+			isLoaded = isLoaded || lr.sl&loadLoaded != 0
 		}
-		if rec.offered {
+		if rec.offered() {
 			offered++
 			if isLoaded {
 				loaded++
-				if rec.success {
+				if rec.success() {
 					loadedPass++
 				}
 			}
 		}
-		if len(c.judgs) == 0 {
+		if sl.judg == 0 {
 			continue
 		}
-		if js := c.judgs[tk]; len(js) > 0 {
-			sel = sel[:0]
-			for _, j := range js {
-				if multi {
-					if cy, _ := c.owner(tk, j.ver.ms); cy != k.cycle {
-						continue
-					}
+		sel = sel[:0]
+		for ji := sl.judg; ji != 0; ji = c.judgs[ji-1].next {
+			j := &c.judgs[ji-1]
+			if multi {
+				if cy, _ := c.owner(si, j.ms); cy != rec.cycle {
+					continue
 				}
-				sel = append(sel, j)
 			}
-			if len(sel) > 1 {
-				sort.Slice(sel, func(i, j int) bool {
-					if sel[i].sub.skill != sel[j].sub.skill {
-						return sel[i].sub.skill < sel[j].sub.skill
-					}
-					return sel[i].sub.judge < sel[j].sub.judge
-				})
-			}
-			for _, j := range sel {
-				at = maxTime(at, j.at)
+			sel = append(sel, j)
+		}
+		if len(sel) > 1 {
+			sort.Slice(sel, func(a, b int) bool {
+				pa, pb := c.pairs.key(int(sel[a].pair())), c.pairs.key(int(sel[b].pair()))
+				if sa, sb := c.names.str(pa.skill), c.names.str(pb.skill); sa != sb {
+					return sa < sb
+				}
+				return c.names.str(pa.judge) < c.names.str(pb.judge)
+			})
+		}
+		for _, j := range sel {
+			seeAt(j.ms)
+			if j.sf&judgLoaded != 0 {
 				adhLoad.add(j.loaded)
+			}
+			if j.sf&judgFin != 0 {
 				adhFinal.add(j.fin)
 			}
 		}
+	}
+	var at time.Time
+	if hasAt {
+		at = msTime(atMs)
 	}
 	rm.NTasks = int32(n)
 	if n > 0 {
@@ -209,30 +220,31 @@ func (p *Pairer) metrics(c *cell, r *round) *schemas.RoundMetrics {
 // values returns the per-task values of round r of c solved under version
 // v (attempt-1 winners): lifts against the baseline (DesignLift, tasks with
 // a baseline pair only) or scores; and the latest event time among them.
-func (p *Pairer) values(c *cell, r *round, v string, d Design) (map[string]float64, time.Time) {
+func (p *Pairer) values(c *cell, r *round, vi uint32, d Design) (map[string]float64, time.Time) {
 	var at time.Time
 	if r == nil {
 		return map[string]float64{}, at
 	}
 	m := make(map[string]float64, len(r.keys))
-	for _, o := range r.keys {
-		k := o.key
-		if k.attempt != 1 {
+	for _, si := range r.keys {
+		if c.slots[si].attempt != 1 {
 			continue
 		}
-		at = maxTime(at, o.at)
-		if o.version != v {
+		o := c.rec(si, r.cycle)
+		at = maxTime(at, msTime(o.ms))
+		if o.version() != vi {
 			continue
 		}
+		task := c.taskOf(si)
 		if d == DesignLift {
-			b, ok := p.base.score(k.task)
+			b, ok := p.base.score(task)
 			if !ok {
 				continue
 			}
-			m[k.task] = o.score - b
+			m[string(task)] = o.score - b
 			continue
 		}
-		m[k.task] = o.score
+		m[string(task)] = o.score
 	}
 	return m, at
 }
@@ -248,8 +260,10 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 	case kindProduction:
 		d = DesignUnpaired
 	}
-	before, t0 := p.values(c, c.rounds[u.cycle], u.from, d)
-	after, t1 := p.values(c, c.rounds[u.cycle+1], u.to, d)
+	rb, _ := c.rounds.get(u.cycle)
+	ra, _ := c.rounds.get(u.cycle + 1)
+	before, t0 := p.values(c, rb, u.from, d)
+	after, t1 := p.values(c, ra, u.to, d)
 	query, at := c.query(u)
 	at = maxTime(maxTime(at, t0), t1)
 	if d == DesignLift {
@@ -266,7 +280,7 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 		reason = Reason(est, info.Benchmark, p.params)
 	}
 	id := derivedID("sample", p.params.Project, u.updateID, info.CellID)
-	evolver := u.evolver
+	evolver := c.names.str(u.evolver)
 	if evolver == "" {
 		evolver = info.EvolverModel
 	}
@@ -277,7 +291,7 @@ func (p *Pairer) sample(c *cell, u *pendingUpdate) *schemas.LabeledSample {
 		Cycle: u.cycle, Query: query, Update: u.text, ArtifactKind: u.kind,
 		Effect: est.Effect, Label: label, NBefore: int32(est.NBefore), NAfter: int32(est.NAfter),
 		CILow: est.CILow, CIHigh: est.CIHigh, PValue: est.PValue, Reason: reason,
-		HarnessVersion: u.to, HarnessVersionIndex: u.versionIdx,
+		HarnessVersion: c.names.str(u.to), HarnessVersionIndex: u.versionIdx,
 		Seed: info.Seed, Route: info.Route, ProducedAt: at,
 	}
 }

@@ -18,7 +18,8 @@
 // record of an id (its version is the Kafka coordinates, and a correction
 // goes to the same partition, keyed by cell_id, after what it corrects),
 // so ClickHouse holds the figures of every event. A correction is emitted
-// only when some field differs. Each field (ids, produced_at, values) is a
+// only when some field differs (its encoding's 64-bit fingerprint does:
+// see "Memory"). Each field (ids, produced_at, values) is a
 // function of the inputs read, summed in (task_id, attempt, cycle) order,
 // never of wall-clock time or of the interleaving of cells. Outputs
 // returned by one Add call are sorted by cell_id, cycle, type (round
@@ -26,8 +27,9 @@
 // hex(sha256("round|"+cell_id+"|"+cycle))[:32] and
 // hex(sha256("sample|"+update_id+"|"+cell_id))[:32] (other projects than
 // the default hash the project too, derivedID); event_time and
-// produced_at are the latest event_time of the inputs read (for outputs that
-// read the baseline, the baseline cell's latest event_time). Campaign
+// produced_at are the latest event_time of the inputs read, in
+// milliseconds, the schema's precision (for outputs that read the
+// baseline, the baseline cell's latest event_time). Campaign
 // parameters (SetParams) must be set before outputs are emitted for them to
 // be deterministic too.
 //
@@ -140,6 +142,29 @@
 // (Forget: its retention window for late events passed, or its project's
 // finished cells hold too much state); a forgotten cell's later events are
 // ErrLateBeyondWindow, which the runtime dead-letters late_beyond_window.
+//
+// It keeps them compact (compact.go), what recomputing its outputs reads
+// and no more: about 70 to 100 bytes of live heap per event of a finished
+// cell (the processors' TestRetainedFinishedStateIsCompact measures both
+// stages; keeping the decoded strings and maps cost about 440). Per
+// (task_id, attempt) a slot, found by an open-addressing index on its
+// hash; per winner a fixed-size row in a slice (attempts: event time in
+// ms, score, flags, harness version, cycle; skill loads and judgments
+// likewise), linked from its slot; the cell's strings (task ids, task
+// inputs, the winners' event ids) packed in one byte arena, an event id
+// without the cell id it starts with, as interned parts around its task
+// id ("<cell>:attempt:<task>:1" in 2 to 4 bytes) or as packed hex (derived
+// ids), always giving back the exact id that ties on event time compare;
+// names (versions, skill names, judge models) interned per cell; the
+// seen event ids as 64-bit hashes (seeded per process) in a sorted slice,
+// merged from a small map; the last emission of each output as the
+// 64-bit fingerprint of its encoding. A finished cell's slices are cut to
+// size. Two distinct event ids of a cell share a hash with probability
+// about n²/2^65 for its n events (3e-12 at 10^4): the later one would be
+// taken for a redelivery and not counted; a correction whose encoding
+// differs is missed with probability 2^-64. The seed is random per
+// process, so no input can be made to collide, and a restart decides
+// afresh.
 // Forget keeps a cell whose outputs still wait for the baseline (they
 // would be lost; the runtime asks again later). When the baseline cell is forgotten its
 // task_id → score map is kept, frozen, since more evolved cells may start

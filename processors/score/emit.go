@@ -1,7 +1,6 @@
 package score
 
 import (
-	"reflect"
 	"sort"
 
 	"github.com/harnessflow/harnessflow/schemas"
@@ -53,41 +52,43 @@ func (p *Pairer) emitReady(c *cell, out []schemas.Event, force bool) []schemas.E
 	needBase := c.kind != kindBaseline && c.kind != kindProduction
 	if !needBase || p.baseReady() {
 		var cycles []int32
-		for cy, r := range c.rounds {
-			if int64(cy) <= closed && (r.emitted == nil && len(r.keys) > 0 || r.dirty) {
+		for i := range c.rounds.len() {
+			if cy, r := c.rounds.key(i), c.rounds.val(i); int64(cy) <= closed && (!r.out.done && len(r.keys) > 0 || r.dirty) {
 				cycles = append(cycles, cy)
 			}
 		}
 		sort.Slice(cycles, func(i, j int) bool { return cycles[i] < cycles[j] })
 		for _, cy := range cycles {
-			r := c.rounds[cy]
+			r, _ := c.rounds.get(cy)
 			r.dirty = false
 			m := p.metrics(c, r)
-			if r.emitted != nil {
-				if reflect.DeepEqual(m, r.emitted) {
+			sum, ok := fingerprint(m)
+			if r.out.done {
+				if r.out.same(sum, ok) {
 					continue
 				}
 				p.stats.Corrections++
 			}
-			r.emitted = m
+			r.out = emitted{sum: sum, done: true, ok: ok}
 			out = append(out, m)
 			p.stats.RoundMetrics++
 		}
 	}
 	if len(c.updates) > 0 && (c.kind != kindInSitu || p.baseReady()) {
 		for _, u := range c.updates {
-			if int64(u.cycle)+1 > closed || (u.emitted != nil && !u.dirty) {
+			if int64(u.cycle)+1 > closed || (u.out.done && !u.dirty) {
 				continue
 			}
 			u.dirty = false
 			s := p.sample(c, u)
-			if u.emitted != nil {
-				if reflect.DeepEqual(s, u.emitted) {
+			sum, ok := fingerprint(s)
+			if u.out.done {
+				if u.out.same(sum, ok) {
 					continue
 				}
 				p.stats.Corrections++
 			}
-			u.emitted = s
+			u.out = emitted{sum: sum, done: true, ok: ok}
 			out = append(out, s)
 			p.stats.Samples++
 		}

@@ -158,13 +158,7 @@ func (p *Pairer) Size() int {
 		n += p.base.size()
 	}
 	for _, c := range p.cells {
-		n += 1 + len(c.seen) + len(c.attempts) + len(c.updates)
-		for _, m := range c.loads {
-			n += len(m)
-		}
-		for _, m := range c.judgs {
-			n += len(m)
-		}
+		n += 1 + c.seen.len() + len(c.recs) + len(c.updates) + len(c.loads) + len(c.judgs)
 	}
 	return n
 }
@@ -206,13 +200,9 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 		return nil, fmt.Errorf("%s for cell %q: %w", ev.Type(), cellID, ErrUnknownCell)
 	}
 	h := ev.Header()
-	if h.EventID != "" {
-		// One map operation: the set grows unless the id was in it.
-		n := len(c.seen)
-		if c.seen[h.EventID] = struct{}{}; len(c.seen) == n {
-			p.stats.Duplicates++
-			return nil, nil
-		}
+	if h.EventID != "" && !c.seen.add(h.EventID) {
+		p.stats.Duplicates++
+		return nil, nil
 	}
 	if h.EventTime.After(c.maxTime) {
 		c.maxTime = h.EventTime
@@ -234,6 +224,8 @@ func (p *Pairer) Add(ev schemas.Event) ([]schemas.Event, error) {
 		}
 		c.finished = true
 		p.open--
+		// It grows by late events only now.
+		c.compact()
 	}
 	return p.collect(c), nil
 }
@@ -271,25 +263,20 @@ func (p *Pairer) start(e *schemas.CellStarted) error {
 	// forged 2^31 reserved megabytes per cell); the maps grow with what
 	// actually arrives.
 	c := &cell{
-		info:     e,
-		kind:     kind,
-		seen:     map[string]struct{}{},
-		handled:  math.MinInt64,
-		tip:      e.H0Version,
-		chain:    map[string]int32{e.H0Version: 0},
-		rounds:   map[int32]*round{},
-		attempts: map[tkey]*attemptRec{},
-		loads:    map[tkey][]*loadRec{},
-		judgs:    map[tkey][]*judgRec{},
-		byUpdate: map[string]*pendingUpdate{},
-		maxTime:  e.EventTime,
+		info:    e,
+		kind:    kind,
+		handled: math.MinInt64,
+		tip:     e.H0Version,
+		arena:   arena{cell: e.CellID},
+		maxTime: e.EventTime,
 	}
+	c.chain.put(c.names.id(e.H0Version), 0)
 	if kind == kindBaseline {
 		p.base.cell = c
 	}
 	p.open++
 	if e.EventID != "" {
-		c.seen[e.EventID] = struct{}{}
+		c.seen.add(e.EventID)
 	}
 	p.cells[e.CellID] = c
 	return nil
