@@ -87,30 +87,43 @@ func (s *Stack) RunDemo(ctx context.Context, cfg sim.Config, progress io.Writer,
 }
 
 // waitProcessed polls ClickHouse until the deduplicated row counts reach want
-// and every cell's summary covers its attempts (chddl.SummariesBehind: the
-// report reads cell figures from the summaries).
+// and then until every cell's summary covers its attempts
+// (chddl.SummariesBehind: the report reads cell figures from the
+// summaries, which the sink writes after the attempts).
 func waitProcessed(ctx context.Context, conn driver.Conn, database, campaign string, want DemoCounts, progress io.Writer, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := ""
+	var lastErr error
 	for {
 		got, err := countRows(ctx, conn, campaign)
-		var behind int
 		if err == nil {
-			behind, err = chddl.SummariesBehind(ctx, chx.Session(conn), database, campaign)
-		}
-		if err == nil {
-			line := fmt.Sprintf("demo: attempts %d/%d, samples %d/%d, round metrics %d/%d, cells finished %d/%d, cell summaries behind %d",
-				got.Attempts, want.Attempts, got.Samples, want.Samples, got.Rounds, want.Rounds, got.Cells, want.Cells, behind)
-			if line != last {
-				fmt.Fprintln(progress, line)
-				last = line
+			line := fmt.Sprintf("demo: attempts %d/%d, samples %d/%d, round metrics %d/%d, cells finished %d/%d",
+				got.Attempts, want.Attempts, got.Samples, want.Samples, got.Rounds, want.Rounds, got.Cells, want.Cells)
+			counted := got.Attempts >= want.Attempts && got.Samples >= want.Samples && got.Rounds >= want.Rounds && got.Cells >= want.Cells
+			behind := -1
+			if counted {
+				behind, err = chddl.SummariesBehind(ctx, chx.Session(conn), database, campaign)
+				if err == nil {
+					line += fmt.Sprintf(", cell summaries behind %d", behind)
+				}
 			}
-			if got.Attempts >= want.Attempts && got.Samples >= want.Samples && got.Rounds >= want.Rounds && got.Cells >= want.Cells && behind == 0 {
-				return nil
+			if err == nil {
+				if line != last {
+					fmt.Fprintln(progress, line)
+					last = line
+				}
+				if behind == 0 {
+					return nil
+				}
 			}
 		}
+		lastErr = err
 		if time.Now().After(deadline) {
-			return fmt.Errorf("demo: campaign %q not fully processed after %s (%s); see the components' logs", campaign, timeout, last)
+			why := last
+			if lastErr != nil {
+				why += "; last query error: " + lastErr.Error()
+			}
+			return fmt.Errorf("demo: campaign %q not fully processed after %s (%s); see the components' logs", campaign, timeout, why)
 		}
 		select {
 		case <-ctx.Done():

@@ -226,16 +226,18 @@ func (c *cancelAtHalf) Write(p []byte) (int, error) {
 }
 
 // TestUpDemoWaitsForCellSummaries: the sink summarizes a cell's attempts
-// (cell_scores) at most once per --recompute-every, here 20 s, far longer
-// than the finish hold after which a cell's samples and round metrics
-// land. A first part of the campaign, ending in the middle of a cell, is
-// sent and summarized; then the demo sends the whole campaign. Its report
-// waits for the summaries of the rest (the cell cut in two had a summary
-// of its first attempts only), and its figures are the ground truth's.
-// Read as soon as the rows were counted, the report held that partial
-// summary, as TestUpRestartDuringDemo once did on a loaded machine.
+// (cell_scores) at most once per --recompute-every, here 40 s, far longer
+// than the demo takes to land its rows. A first part of the campaign,
+// ending in the middle of a cell, is sent and summarized (a project's
+// first pass runs at once); then the demo sends the whole campaign, whose
+// remaining attempts wait for the next pass. The report waits for it (the
+// cell cut in two had a summary of its first attempts only), and its
+// figures are the ground truth's. Read as soon as the rows were counted,
+// it held that partial summary: the likeliest cause of the one CI failure
+// of TestUpRestartDuringDemo (a cell at 9 of its 15 tasks after the
+// restart, whose sink had the raw topics to catch up on).
 func TestUpDemoWaitsForCellSummaries(t *testing.T) {
-	s, _ := startStack(t, t.TempDir(), func(s *Stack) { s.recomputeEvery = 20 * time.Second })
+	s, _ := startStack(t, t.TempDir(), func(s *Stack) { s.recomputeEvery = 40 * time.Second })
 	cfg := demoConfig()
 	cfg.Campaign = "slow-summaries"
 	ctx, cancel := testenv.Context(t)

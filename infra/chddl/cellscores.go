@@ -78,26 +78,42 @@ ALL INNER JOIN
 // have (c_version): NaturalKeyBase + distinct attempt events + those of
 // them refused as late_beyond_window.
 var versionSQL = `    SELECT project, cell_id,
-        toUInt64(` + strconv.FormatUint(NaturalKeyBase, 10) + ` + uniqExact(cityHash64(event_id)) + uniqExactIf(cityHash64(event_id), (project, event_id) IN
-            (SELECT project, source_event_id FROM {db}.rejected_events WHERE reason_code = 'late_beyond_window'))) AS c_version
+        toUInt64(` + strconv.FormatUint(NaturalKeyBase, 10) + ` + ` + attemptsSQL + ` + ` + refusedSQL + `) AS c_version
     FROM {db}.task_attempts{cellwhere}
     GROUP BY project, cell_id`
 
+// attemptsSQL and refusedSQL are the two counts of a summary's version,
+// aggregated over a cell's task_attempts rows: its distinct attempt events
+// and those of them refused as late_beyond_window.
+const (
+	attemptsSQL = `uniqExact(cityHash64(event_id))`
+	refusedSQL  = `uniqExactIf(cityHash64(event_id), (project, event_id) IN
+            (SELECT project, source_event_id FROM {db}.rejected_events WHERE reason_code = 'late_beyond_window'))`
+)
+
 // summariesBehindSQL counts the cells of a campaign ({campaign}, a quoted
-// literal) whose newest summary is older than their attempts: its version
-// is below the one versionSQL gives them now (a cell with attempts and no
-// summary counts too). Versions only grow with what a recomputation saw,
-// so a summary at its cell's version is current. One GROUP BY over both
-// sides, no JOIN, in cluster form (GLOBAL IN).
-var summariesBehindSQL = clusterSQL(`SELECT toUInt64(countIf(w > h)) FROM (
-    SELECT project, cell_id, sum(w) AS w, sum(h) AS h FROM (
-        SELECT project, cell_id, toUInt64(c_version - ` + strconv.FormatUint(NaturalKeyBase, 10) + `) AS w, toUInt64(0) AS h FROM (
-` + strings.Replace(versionSQL, "{cellwhere}", "\n    WHERE cell_id IN (SELECT cell_id FROM {db}.cells FINAL WHERE kind = 'started' AND campaign_id = {campaign})", 1) + `
-        )
+// literal) whose newest summary is older than their attempts: per cell,
+// a (distinct attempt events) + r (those refused as late_beyond_window) is
+// the version versionSQL gives a recomputation now, less NaturalKeyBase,
+// and h the newest summary's, less the same base (0: none). Versions only
+// grow with what a recomputation saw, so the cell is behind while
+// a + r > h. A cell all of whose attempts are refused (a = r) is not: a
+// recomputation writes no row for it (its rates have no task), so it would
+// never catch up; that happens when a campaign is sent again after its
+// cells' --grace, and its figures then stay those of the summary before.
+// Both sides are aggregated per cell in one UNION ALL and grouped once
+// more, instead of joined; cells are the campaign's by (project, cell_id);
+// in cluster form (GLOBAL IN).
+var summariesBehindSQL = clusterSQL(`SELECT toUInt64(countIf(a + r > h AND a > r)) FROM (
+    SELECT project, cell_id, sum(a) AS a, sum(r) AS r, sum(h) AS h FROM (
+        SELECT project, cell_id, toUInt64(` + attemptsSQL + `) AS a, toUInt64(` + refusedSQL + `) AS r, toUInt64(0) AS h
+        FROM {db}.task_attempts
+        WHERE (project, cell_id) IN (SELECT project, cell_id FROM {db}.cells FINAL WHERE kind = 'started' AND campaign_id = {campaign})
+        GROUP BY project, cell_id
         UNION ALL
-        SELECT project, cell_id, toUInt64(0) AS w, toUInt64(max(_version) - ` + strconv.FormatUint(NaturalKeyBase, 10) + `) AS h
+        SELECT project, cell_id, toUInt64(0) AS a, toUInt64(0) AS r, toUInt64(max(_version) - ` + strconv.FormatUint(NaturalKeyBase, 10) + `) AS h
         FROM {db}.cell_scores
-        WHERE _version >= ` + strconv.FormatUint(NaturalKeyBase, 10) + ` AND cell_id IN (SELECT cell_id FROM {db}.cells FINAL WHERE kind = 'started' AND campaign_id = {campaign})
+        WHERE _version >= ` + strconv.FormatUint(NaturalKeyBase, 10) + ` AND (project, cell_id) IN (SELECT project, cell_id FROM {db}.cells FINAL WHERE kind = 'started' AND campaign_id = {campaign})
         GROUP BY project, cell_id
     )
     GROUP BY project, cell_id
@@ -111,12 +127,16 @@ func SummariesBehindSQL(database, campaign string) string {
 
 // SummariesBehind is the number of campaign's cells whose cell_scores
 // summary does not cover every attempt (and every late refusal) database
-// holds now, so that v_cell_scores would read figures from before them.
-// A sink recomputes a cell's summary after inserting its attempts, at most
-// once per its --recompute-every: for that moment after the last attempts
-// land, a reader that counts rows only would read the summary before them.
-// Whoever must read a campaign's final figures (the demo's report) waits
-// for 0. It holds on a single server and on a cluster's Distributed tables.
+// holds now: a cell with a summary is read from it by v_cell_scores, so
+// its figures are from before those attempts (a cell without any summary
+// counts too, although the view computes it live). A sink recomputes a
+// cell's summary after inserting its attempts, at most once per its
+// --recompute-every: for that moment after the last attempts land, a
+// reader that counts rows only would read the summary before them. Whoever
+// must read a campaign's final figures (the demo's report) waits for 0. A
+// cell stays behind for good only when a recomputation cannot see what is
+// stored (a cluster's replica that lost rows the sink no longer verifies).
+// It holds on a single server and on a cluster's Distributed tables.
 func SummariesBehind(ctx context.Context, s Session, database, campaign string) (int, error) {
 	if strings.TrimSpace(database) == "" {
 		return 0, ErrNoDatabase

@@ -711,6 +711,30 @@ func TestSummariesBehind(t *testing.T) {
 			if n := behind("other"); n != 1 {
 				t.Fatalf("campaign other (O never recomputed): %d behind, want 1", n)
 			}
+			// A cell all of whose attempts are refused late keeps its last
+			// summary (a recomputation writes no row for it): not behind,
+			// or a reader waiting for 0 would wait for ever.
+			cell("c-z", "Z", "camp")
+			attempt("z1", "Z", "t1")
+			recompute("Z")
+			e.exec(t, "INSERT INTO {db}.rejected_events (event_id, project, stage, reason_code, message, source_topic, source_partition, source_offset, payload, source_event_id, _version) "+
+				"SELECT 'dl-z1', 'sb', 'limit', 'late_beyond_window', 'late', 'hf.attempts', toInt32(0), toInt64(0), '', 'z1', toUInt64(1)")
+			recompute("Z")
+			if n := behind("camp"); n != 0 {
+				t.Fatalf("a cell whose only attempt is refused late: %d behind, want 0", n)
+			}
+			// Another project's cell of the same id, in another campaign,
+			// with an attempt and no summary, is not campaign camp's.
+			e.exec(t, "INSERT INTO {db}.cells (event_id, project, kind, cell_id, campaign_id, benchmark, agent_model, evolver_model, seed, route, _version) "+
+				"SELECT 'c-x2', 'sb2', 'started', 'X', 'elsewhere', 'swe', 'A1', '', toInt32(1), 'baseline', toUInt64(1)")
+			e.exec(t, "INSERT INTO {db}.task_attempts (event_id, event_time_ms, project, cell_id, task_id, attempt, status, success, final, score, _version) "+
+				"SELECT 'x9', toInt64(1000), 'sb2', 'X', 't9', toInt32(1), 'ok', toUInt8(1), toUInt8(1), toFloat64(1), toUInt64(1)")
+			if n := behind("camp"); n != 0 {
+				t.Fatalf("another project's cell X of another campaign: %d behind for camp, want 0", n)
+			}
+			if n := behind("elsewhere"); n != 1 {
+				t.Fatalf("campaign elsewhere: %d behind, want 1", n)
+			}
 			if n := behind("it's none"); n != 0 {
 				t.Fatalf("an unknown campaign with a quote: %d behind, want 0", n)
 			}

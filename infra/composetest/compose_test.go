@@ -44,10 +44,9 @@ func campaign() sim.Config {
 	return c
 }
 
-// counts are a campaign's deduplicated rows in ClickHouse.
-// counts are a campaign's deduplicated rows and, Behind, its cells whose
-// summary misses some of their attempts (chddl.SummariesBehind; 0 once
-// every figure is final).
+// counts are a campaign's deduplicated rows in ClickHouse and, Behind, its
+// cells whose summary misses some of their attempts (chddl.SummariesBehind;
+// 0 once every figure is final).
 type counts struct{ Attempts, Samples, Rounds, Cells, Behind int }
 
 // TestCompose runs the single-node shape, then the cluster shape, and checks
