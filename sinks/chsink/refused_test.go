@@ -118,8 +118,12 @@ func TestSinkStopsWhenEveryRowIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	produce(t, brokers, attempts(0, 3000))
+	// One batch of what 3 s fetched, the flush on catching up off: a
+	// batch of at most MaxRefusedRows rows, all refused, is dead-lettered
+	// by design (rows at fault), and with a 50 ms age cap a loaded
+	// machine's first batch was 9 rows (ci34).
 	s, err := chsink.New(chsink.Config{Brokers: brokers, ClickHouse: ch.Addr, Database: ch.Database, Group: "ga",
-		Topics: []string{schemas.TopicAttempts}, MaxAge: 50 * time.Millisecond, SkipMigrate: true,
+		Topics: []string{schemas.TopicAttempts}, MaxAge: 3 * time.Second, MinAge: -1, SkipMigrate: true,
 		RetryMaxElapsed: time.Second, RetryMaxInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
