@@ -21,8 +21,8 @@ func averageExamples(r *rand.Rand, n int) []Example {
 	return ex
 }
 
-// The averages follow avg ← β_t·avg + (1 − β_t)·w after every step, and
-// Predict reads them: the host's own average of the downloaded iterates
+// The averages follow avg ← b_t·avg + (1 − b_t)·w after every fourth step
+// (b_t the product of the four steps' β_s), and Predict reads them: the host's own average of the downloaded iterates
 // gives the same tables and, through a model restored with them as its
 // weights and no average, the same predictions.
 func TestAverageIsTheMovingAverageOfTheIterates(t *testing.T) {
@@ -50,7 +50,13 @@ func TestAverageIsTheMovingAverageOfTheIterates(t *testing.T) {
 		if _, err := m.TrainStep(averageExamples(r, 32)); err != nil {
 			t.Fatal(err)
 		}
-		b := math.Min(0.9, float64(1+step)/float64(10+step))
+		if step%averageEvery != 0 {
+			continue
+		}
+		b := 1.0
+		for s := step - averageEvery + 1; s <= step; s++ {
+			b *= math.Min(0.9, float64(1+s)/float64(10+s))
+		}
 		for _, pr := range []struct {
 			want []float64
 			w    *param
