@@ -325,12 +325,19 @@ func TestUpRestartDuringDemo(t *testing.T) {
 	// Equal up to float rounding: ClickHouse may sum a column's parts in
 	// another order after the restart (34.27777777777778 vs ...777).
 	if d := testenv.DiffJSON(json.RawMessage(numbers(want)), json.RawMessage(numbers(got))); d != "" {
-		// What ClickHouse holds, and whether the difference lasts: a
-		// report read too early differs no more a few seconds later.
+		// What ClickHouse holds, and whether the difference lasts: read
+		// again once every summary covers its attempts (at most 30 s), a
+		// report read too early differs no more.
 		dumpCells(t, ctx, s2, cfg.Campaign)
-		time.Sleep(5 * time.Second)
+		settled := func() bool {
+			n, err := chddl.SummariesBehind(ctx, chx.Session(s2.ClickHouseConn()), s2.Endpoints().Database, cfg.Campaign)
+			return err == nil && n == 0
+		}
+		for deadline := time.Now().Add(30 * time.Second); !settled() && time.Now().Before(deadline); {
+			time.Sleep(pollEvery) // polling interval
+		}
 		if again, err := report.Build(ctx, s2.ClickHouseConn(), "", cfg.Campaign); err == nil {
-			t.Logf("5 s later the report differs by:\n%s", testenv.DiffJSON(json.RawMessage(numbers(want)), json.RawMessage(numbers(again))))
+			t.Logf("with every summary settled (or 30 s later), the report differs by:\n%s", testenv.DiffJSON(json.RawMessage(numbers(want)), json.RawMessage(numbers(again))))
 		}
 		t.Fatalf("report after a restart differs from the uninterrupted run's (want vs got):\n%s", d)
 	}
