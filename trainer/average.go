@@ -12,10 +12,11 @@ import (
 // one batch's noise. Predictions therefore read an exponential moving
 // average of the scale and text tables,
 //
-//	avg ← b_t·avg + (1 − b_t)·w,  b_t = Π_{s=t−3..t} min(β, (1 + s)/(10 + s)),
+//	avg ← b_t·avg + (1 − b_t)·w,  b_t = Π_s min(β, (1 + s)/(10 + s)),
 //
-// after every fourth optimizer step t (averageEvery; the ramp lets the
-// first steps count before β's horizon is full). Training, its losses and gradients, and the text
+// over the steps s since the previous update: after every optimizer step t
+// up to averageRamp (40), then after every fourth (averageEvery; the ramp
+// lets the first steps count before β's horizon is full). Training, its losses and gradients, and the text
 // shrink's out-of-sample sums use the iterate itself; only Predict reads
 // the average. The averages are frozen tensors ("scale.avg", "text.avg",
 // after "shrink"), so they travel in checkpoints and a restored model
@@ -47,30 +48,45 @@ func (m *Model) newAverage(a *additive, scaleInit, textInit []float32) {
 }
 
 // averageEvery is how many optimizer steps apart the averages are
-// updated. The pass over the text table costs 5 to 8 % of a step on the
-// CPU (bench/README.md, "What the average costs a step"); every 4th step
-// it costs a quarter of that, and the average of the iterates sampled
-// every 4th step, at the decay of 4 steps, follows the same horizon.
+// updated once past averageRamp. The pass over the text table costs 5 to
+// 8 % of a step on the CPU (bench/README.md, "What the average costs a
+// step"); every 4th step it costs a quarter of that, and the average of
+// the iterates sampled every 4th step, at the decay of 4 steps, follows
+// the same horizon.
 const averageEvery = 4
 
-// averageFactor is the weight the averages keep at step t:
-// Π β_s over the steps s since the previous update (t−averageEvery, t],
-// β_s = min(decay, (1 + s)/(10 + s)).
-func averageFactor(decay float64, t int) float64 {
-	b := 1.0
-	for s := t - averageEvery + 1; s <= t; s++ {
+// averageRamp is the last step after which the averages are updated every
+// step (a multiple of averageEvery): while β_s ramps up the average moves
+// most, and a model trained or checkpointed after its first steps predicts
+// from them, not from its initial weights.
+const averageRamp = 10 * averageEvery
+
+// averageFactor is the weight the averages keep at step t: Π β_s over the
+// steps s since the previous update, β_s = min(decay, (1 + s)/(10 + s)).
+// ok is false at a step that does not update them.
+func averageFactor(decay float64, t int) (b float64, ok bool) {
+	from := t
+	if t > averageRamp {
+		if t%averageEvery != 0 {
+			return 0, false
+		}
+		from = t - averageEvery + 1
+	}
+	b = 1
+	for s := from; s <= t; s++ {
 		b *= min(decay, float64(1+s)/float64(10+s))
 	}
-	return b
+	return b, true
 }
 
-// update moves the averages towards the tables after optimizer step t,
-// every averageEvery steps (t counts from 1).
+// update moves the averages towards the tables after optimizer step t (t
+// counts from 1): every step up to averageRamp, every averageEvery steps
+// after.
 func (av *average) update(be backend.Backend, a *additive, t int) {
-	if t%averageEvery != 0 {
+	b, ok := averageFactor(av.decay, t)
+	if !ok {
 		return
 	}
-	b := averageFactor(av.decay, t)
 	for _, pr := range [][2]*param{{av.scale, a.scale.table}, {av.text, a.text.table}} {
 		avg, w := pr[0], pr[1]
 		if l, ok := be.(backend.Lerper); ok {

@@ -21,8 +21,9 @@ func averageExamples(r *rand.Rand, n int) []Example {
 	return ex
 }
 
-// The averages follow avg ← b_t·avg + (1 − b_t)·w after every fourth step
-// (b_t the product of the four steps' β_s), and Predict reads them: the host's own average of the downloaded iterates
+// The averages follow avg ← b_t·avg + (1 − b_t)·w after every step up to
+// averageRamp, then every fourth (b_t the product of the β_s since the
+// previous update), and Predict reads them: the host's own average of the downloaded iterates
 // gives the same tables and, through a model restored with them as its
 // weights and no average, the same predictions.
 func TestAverageIsTheMovingAverageOfTheIterates(t *testing.T) {
@@ -46,15 +47,19 @@ func TestAverageIsTheMovingAverageOfTheIterates(t *testing.T) {
 	}
 	wantS, wantT := download(m.add.scale.table), download(m.add.text.table)
 	r := rand.New(rand.NewPCG(1, 1))
-	for step := 1; step <= 40; step++ {
+	for step := 1; step <= averageRamp+22; step++ { // past the ramp, ending between two updates
 		if _, err := m.TrainStep(averageExamples(r, 32)); err != nil {
 			t.Fatal(err)
 		}
-		if step%averageEvery != 0 {
-			continue
+		from := step
+		if step > averageRamp {
+			if step%averageEvery != 0 {
+				continue
+			}
+			from = step - averageEvery + 1
 		}
 		b := 1.0
-		for s := step - averageEvery + 1; s <= step; s++ {
+		for s := from; s <= step; s++ {
 			b *= math.Min(0.9, float64(1+s)/float64(10+s))
 		}
 		for _, pr := range []struct {
