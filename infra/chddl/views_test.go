@@ -78,7 +78,12 @@ func fp(v float64) *float64 { return &v }
 
 var evSeq int
 
-func nextID(prefix string) string { evSeq++; return fmt.Sprintf("%s-%d", prefix, evSeq) }
+// nextID is a new event id; later ids sort after earlier ones as strings
+// (zero-padded), since the views' winner among events of one natural key
+// and one event time is the greatest event id: with "att-99" before
+// "att-100" a test's newer event lost whenever the tests run before it
+// (shuffled) had taken the sequence past a power of ten (ci39).
+func nextID(prefix string) string { evSeq++; return fmt.Sprintf("%s-%08d", prefix, evSeq) }
 
 func campaignRow(id string, agents, evolvers []string) row {
 	return row{"event_id": nextID("camp"), "project": "p", "campaign_id": id, "benchmarks": []string{"swe"},
